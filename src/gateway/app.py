@@ -1,0 +1,50 @@
+"""The composition root: build the Starlette app of one gateway from its settings."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator, Callable, Sequence
+
+from starlette.applications import Starlette
+from starlette.routing import BaseRoute
+
+from gateway.errors import GatewayError
+from gateway.http import health, tasks
+from gateway.http.edge import gateway_error_handler
+from gateway.runtime import Gateway
+from gateway.settings import Settings
+
+Extension = Callable[[Gateway], Sequence[BaseRoute]]
+
+
+def default_extensions() -> list[Extension]:
+    """The adapters a full gateway installs, in order (the core routes come first)."""
+    return [health.routes, tasks.routes]
+
+
+def build_app(
+    settings: Settings | None = None,
+    *,
+    gateway: Gateway | None = None,
+    extensions: Sequence[Extension] | None = None,
+) -> Starlette:
+    gw = gateway or Gateway(settings or Settings())
+    routes: list[BaseRoute] = []
+    for install in extensions if extensions is not None else default_extensions():
+        routes.extend(install(gw))
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_app: Starlette) -> AsyncIterator[None]:
+        await gw.start()
+        try:
+            yield
+        finally:
+            await gw.stop()
+
+    app = Starlette(
+        routes=routes,
+        lifespan=lifespan,
+        exception_handlers={GatewayError: gateway_error_handler},
+    )
+    app.state.gateway = gw
+    return app

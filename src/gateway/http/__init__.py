@@ -1,0 +1,1 @@
+"""The HTTP edge: Starlette routes that turn requests into calls on the core."""

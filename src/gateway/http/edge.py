@@ -1,0 +1,85 @@
+"""Shared pieces of the HTTP edge: bounded JSON bodies, bearer credentials, error bodies."""
+
+from __future__ import annotations
+
+import hmac
+import json
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+
+from gateway.errors import AuthError, GatewayError, InvalidInput, NotFound, PayloadTooLarge
+from gateway.identity import TaskIdentity
+from gateway.runtime import Gateway
+from gateway.tokens import Purpose
+
+
+def error_response(exc: GatewayError) -> JSONResponse:
+    headers = {"WWW-Authenticate": "Bearer"} if exc.http_status == 401 else None
+    return JSONResponse(exc.to_json(), status_code=exc.http_status, headers=headers)
+
+
+async def gateway_error_handler(_request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, GatewayError)
+    return error_response(exc)
+
+
+async def read_json(request: Request, limit: int) -> Any:
+    """The request's JSON body, refusing more than `limit` bytes before reading them all."""
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        raise PayloadTooLarge(f"body is larger than {limit} bytes")
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise PayloadTooLarge(f"body is larger than {limit} bytes")
+        chunks.append(chunk)
+    try:
+        return json.loads(b"".join(chunks))
+    except (ValueError, RecursionError) as exc:
+        raise InvalidInput("body is not valid JSON") from exc
+
+
+def bearer(request: Request) -> str:
+    header = request.headers.get("authorization", "")
+    scheme, _, value = header.partition(" ")
+    if scheme.lower() != "bearer" or not value.strip():
+        raise AuthError("an Authorization: Bearer credential is required")
+    return value.strip()
+
+
+def is_control(gw: Gateway, credential: str) -> bool:
+    expected = gw.settings.control_key or ""
+    # Constant time, on bytes, so neither content nor a shared prefix leaks through timing.
+    return hmac.compare_digest(credential.encode(), expected.encode())
+
+
+def require_control(gw: Gateway, request: Request) -> None:
+    if not is_control(gw, bearer(request)):
+        raise AuthError("the control-plane key is required")
+
+
+async def agent_identity(gw: Gateway, request: Request, purpose: Purpose = Purpose.AGENT) -> TaskIdentity:
+    try:
+        return await gw.tasks.authenticate(bearer(request), purpose)
+    except AuthError as exc:
+        gw.metrics.auth_failures.labels(purpose.value, str(exc.code)).inc()
+        raise
+
+
+async def task_reader(gw: Gateway, request: Request, task_id: str) -> TaskIdentity | None:
+    """Control key (None: may read any task) or the agent token of exactly this task.
+
+    A token of another task gets 404, as if the task did not exist: a caller learns
+    nothing about tasks it does not own.
+    """
+    credential = bearer(request)
+    if is_control(gw, credential):
+        return None
+    identity = await agent_identity(gw, request)
+    if identity.task_id != task_id:
+        raise NotFound("no such task")
+    return identity

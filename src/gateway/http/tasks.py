@@ -1,0 +1,84 @@
+"""`/v1/tasks`: the control plane creates, inspects and ends tasks; agents read their own."""
+
+from __future__ import annotations
+
+from pydantic import ValidationError
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import BaseRoute, Route
+
+from gateway.errors import InvalidInput
+from gateway.http.edge import read_json, require_control, task_reader
+from gateway.runtime import Gateway
+from gateway.tasks import TaskCreate
+
+
+def routes(gw: Gateway) -> list[BaseRoute]:
+    async def create(request: Request) -> Response:
+        require_control(gw, request)
+        body = await read_json(request, gw.settings.max_body_bytes)
+        try:
+            spec = TaskCreate.model_validate(body)
+        except ValidationError as exc:
+            raise InvalidInput("the task request is invalid", details={"errors": [
+                {"loc": [str(p) for p in e["loc"]], "msg": e["msg"]}
+                for e in exc.errors(include_url=False, include_input=False)]}) from None
+        identity, tokens = await gw.tasks.create(spec)
+        answer = {
+            "task_id": identity.task_id,
+            "expires_at": identity.expires_at.isoformat(),
+            "tokens": tokens,
+        }
+        for name, extra in gw.task_extras.items():
+            answer[name] = extra(identity, tokens)
+        return JSONResponse(answer, status_code=201)
+
+    async def read(request: Request) -> Response:
+        task_id = request.path_params["task_id"]
+        await task_reader(gw, request, task_id)
+        record = await gw.tasks.get(task_id)
+        body = gw.tasks.describe(record)
+        body["calls"] = await gw.store.call_counts(task_id)
+        for name, probe in gw.task_probes.items():
+            body[name] = probe(task_id)
+        return JSONResponse(body)
+
+    async def end(request: Request) -> Response:
+        require_control(gw, request)
+        task_id = request.path_params["task_id"]
+        changed = await gw.tasks.end(task_id)
+        record = await gw.tasks.get(task_id)
+        return JSONResponse({"task_id": task_id, "status": gw.tasks.status_of(record),
+                             "changed": changed})
+
+    async def evidence(request: Request) -> Response:
+        task_id = request.path_params["task_id"]
+        await task_reader(gw, request, task_id)
+        record = await gw.tasks.get(task_id)
+        try:
+            after = int(request.query_params.get("after", "0"))
+            limit = min(max(int(request.query_params.get("limit", "500")), 1), 5000)
+        except ValueError:
+            raise InvalidInput("after and limit must be integers") from None
+        # Scoped by the task's own owner: the query cannot reach another organization.
+        items = await gw.store.evidence_for(record.identity.org_id, task_id,
+                                            after=after, limit=limit)
+        return JSONResponse({"task_id": task_id, "records": items})
+
+    async def artifact(request: Request) -> Response:
+        ref = await gw.store.get_artifact(request.path_params["artifact_id"])
+        await task_reader(gw, request, ref.task_id)
+        data = await gw.store.read_artifact(ref)
+        return Response(data, media_type=ref.media_type, headers={
+            "X-Content-SHA256": ref.sha256,
+            "Content-Disposition": f'attachment; filename="{ref.id}"',
+            "X-Content-Type-Options": "nosniff",
+        })
+
+    return [
+        Route("/v1/tasks", create, methods=["POST"]),
+        Route("/v1/tasks/{task_id}", read, methods=["GET"]),
+        Route("/v1/tasks/{task_id}", end, methods=["DELETE"]),
+        Route("/v1/tasks/{task_id}/evidence", evidence, methods=["GET"]),
+        Route("/v1/artifacts/{artifact_id}", artifact, methods=["GET"]),
+    ]

@@ -1,0 +1,106 @@
+"""Task identity: who acts, for which organization, in which sandbox, with what rights.
+
+Captured on the server when the control plane creates a task and never taken from a
+caller afterwards: every call is authorized against the stored identity.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import UTC, datetime
+from typing import Annotated, Any
+
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator
+
+from gateway.origins import OriginError, normalize_origin
+
+Name = Annotated[str, StringConstraints(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9_.:@-]+$")]
+Scope = Annotated[str, StringConstraints(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9_.:*-]+$")]
+_TOOL_PATTERN = re.compile(r"^[A-Za-z0-9_.-]{1,128}$|^[A-Za-z0-9_.-]{0,126}\.\*$")
+
+
+class Actor(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    id: Name
+    role: Name
+
+
+class Sandbox(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    id: Name
+    app_origin: str
+    allowed_origins: tuple[str, ...] = ()
+
+    @field_validator("app_origin")
+    @classmethod
+    def _app_origin(cls, value: str) -> str:
+        try:
+            return normalize_origin(value)
+        except OriginError as exc:
+            raise ValueError(str(exc)) from exc
+
+    @field_validator("allowed_origins")
+    @classmethod
+    def _allowed(cls, values: tuple[str, ...]) -> tuple[str, ...]:
+        try:
+            return tuple(dict.fromkeys(normalize_origin(v) for v in values))
+        except OriginError as exc:
+            raise ValueError(str(exc)) from exc
+
+    @property
+    def origins(self) -> frozenset[str]:
+        """Every origin the task's browser may reach: the app's own plus the allowed ones."""
+        return frozenset((self.app_origin, *self.allowed_origins))
+
+
+class Budget(BaseModel):
+    """Bounds on what a task may spend; `None` is unbounded."""
+
+    model_config = ConfigDict(frozen=True, extra="allow")
+
+    max_calls: int | None = Field(default=None, ge=0)
+    max_side_effects: int | None = Field(default=None, ge=0)
+
+
+class TaskIdentity(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    task_id: str
+    actor: Actor
+    org_id: Name
+    sandbox: Sandbox
+    scopes: frozenset[Scope]
+    allowed_tools: tuple[str, ...] | None = None
+    budget: Budget = Budget()
+    created_at: datetime
+    expires_at: datetime
+
+    @field_validator("allowed_tools")
+    @classmethod
+    def _tool_patterns(cls, values: tuple[str, ...] | None) -> tuple[str, ...] | None:
+        if values is None:
+            return None
+        for value in values:
+            if not _TOOL_PATTERN.match(value):
+                raise ValueError(f"{value!r} is neither a tool name nor a prefix ending in '.*'")
+        return values
+
+    def may_use_tool(self, name: str) -> bool:
+        """The task's `allowed_tools` narrowing (exact names or `prefix.*`); None allows all."""
+        if self.allowed_tools is None:
+            return True
+        for pattern in self.allowed_tools:
+            if pattern.endswith(".*"):
+                if name.startswith(pattern[:-1]):
+                    return True
+            elif pattern == name:
+                return True
+        return False
+
+    def expired(self, now: datetime | None = None) -> bool:
+        return (now or datetime.now(UTC)) >= self.expires_at
+
+    def owner(self) -> dict[str, Any]:
+        return {"org_id": self.org_id, "actor_id": self.actor.id, "task_id": self.task_id}

@@ -1,0 +1,90 @@
+"""Origins as exact, normalized strings: the unit every origin check compares.
+
+An origin is `scheme://host[:port]` with a lowercase ASCII host and the scheme's default
+port dropped. Anything that is not plainly an http(s) origin (user info, paths, odd IPv4
+spellings, non-ASCII hosts that have not been IDNA-encoded by the caller) is refused, so a
+look-alike can never normalize into an allowed value.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from urllib.parse import urlsplit
+
+_DEFAULT_PORTS = {"http": 80, "https": 443}
+_HOST_LABEL = re.compile(r"^(?!-)[a-z0-9-]{1,63}(?<!-)$")
+
+
+class OriginError(ValueError):
+    """The value is not a well-formed http(s) origin."""
+
+
+def _check_host(host: str) -> str:
+    if host.startswith("[") and host.endswith("]"):
+        try:
+            return f"[{ipaddress.IPv6Address(host[1:-1]).compressed}]"
+        except ValueError as exc:
+            raise OriginError(f"bad IPv6 host {host!r}") from exc
+    if not host.isascii():
+        raise OriginError(f"host {host!r} is not ASCII; give its IDNA (xn--) form")
+    labels = host.split(".")
+    if all(label.isdigit() for label in labels):
+        # Only the canonical dotted quad is accepted: 2130706433, 0x7f.1 and 017.0.0.1
+        # are all ways to spell an address that a naive comparison would miss.
+        try:
+            return str(ipaddress.IPv4Address(host))
+        except ValueError as exc:
+            raise OriginError(f"host {host!r} is not a canonical IPv4 address") from exc
+    if any(not _HOST_LABEL.match(label) for label in labels):
+        raise OriginError(f"host {host!r} is not a valid DNS name")
+    return host
+
+
+def normalize_origin(value: str) -> str:
+    """`HTTP://Example.COM:80/` -> `http://example.com`; raises OriginError otherwise."""
+    parts = urlsplit(value.strip())
+    scheme = parts.scheme.lower()
+    if scheme not in _DEFAULT_PORTS:
+        raise OriginError(f"{value!r} is not an http or https origin")
+    if parts.username is not None or parts.password is not None or "@" in parts.netloc:
+        raise OriginError(f"{value!r} carries user info")
+    if parts.path not in ("", "/") or parts.query or parts.fragment:
+        raise OriginError(f"{value!r} is not a bare origin")
+    return origin_of(value)
+
+
+def origin_of(url: str) -> str:
+    """The normalized origin of an absolute http(s) URL; raises OriginError otherwise."""
+    parts = urlsplit(url.strip())
+    scheme = parts.scheme.lower()
+    if scheme not in _DEFAULT_PORTS:
+        raise OriginError(f"{url!r} is not an http or https URL")
+    if parts.username is not None or parts.password is not None:
+        raise OriginError(f"{url!r} carries user info")
+    raw_host = parts.netloc.rsplit("@", 1)[-1]
+    if raw_host.startswith("["):
+        host_part, _, port_part = raw_host.partition("]")
+        host = host_part + "]"
+        port_text = port_part.removeprefix(":")
+    else:
+        host, _, port_text = raw_host.partition(":")
+    if not host:
+        raise OriginError(f"{url!r} has no host")
+    host = _check_host(host.lower().rstrip("."))
+    if port_text:
+        if not port_text.isdigit() or not 0 < int(port_text) < 65536:
+            raise OriginError(f"{url!r} has a bad port")
+        port = int(port_text)
+    else:
+        port = _DEFAULT_PORTS[scheme]
+    suffix = "" if port == _DEFAULT_PORTS[scheme] else f":{port}"
+    return f"{scheme}://{host}{suffix}"
+
+
+def is_allowed(url: str, allowed: frozenset[str]) -> bool:
+    """True only when `url` is an http(s) URL whose exact origin is in `allowed`."""
+    try:
+        return origin_of(url) in allowed
+    except OriginError:
+        return False

@@ -1,0 +1,291 @@
+"""The call pipeline: the one path every tool call takes, whichever door it came in by.
+
+resolve -> authorize -> budget -> validate -> idempotency -> run under a deadline ->
+bound the output -> persist evidence -> exactly one terminal `ToolResult`.
+
+A catalog entry is never authority: the identity is authorized again on every call, and
+the task's stored state (ended, expired) is read again too.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+
+from gateway.errors import GatewayError, StorageError, ToolFailure
+from gateway.identity import TaskIdentity
+from gateway.metrics import Metrics
+from gateway.redaction import Redactor
+from gateway.registry import ProgressFn, Registry, Services, Tool, ToolContext
+from gateway.results import Door, ErrorCode, ToolError, ToolResult, ToolStatus
+from gateway.store.database import Store, new_id
+from gateway.tasks import TaskService
+
+log = logging.getLogger(__name__)
+
+MAX_INPUT_BYTES = 256 * 1024
+
+
+@dataclass
+class _TaskUsage:
+    calls: int = 0
+    side_effects: int = 0
+    locks: dict[tuple[str, str], asyncio.Lock] = field(default_factory=dict)
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, BaseModel):
+        return value.model_dump(mode="json")
+    return value
+
+
+class Pipeline:
+    def __init__(
+        self,
+        registry: Registry,
+        tasks: TaskService,
+        store: Store,
+        services: Services,
+        redactor: Redactor,
+        metrics: Metrics,
+    ) -> None:
+        self.registry = registry
+        self.tasks = tasks
+        self.store = store
+        self.services = services
+        self.redactor = redactor
+        self.metrics = metrics
+        self._usage: dict[str, _TaskUsage] = {}
+
+    async def call(
+        self,
+        identity: TaskIdentity,
+        tool_name: str,
+        raw_input: Any,
+        *,
+        door: Door,
+        idempotency_key: str | None = None,
+        progress: ProgressFn | None = None,
+        cancel: asyncio.Event | None = None,
+        call_id: str | None = None,
+    ) -> ToolResult:
+        """Run one call to its terminal result. Never raises for a call-level failure."""
+        call_id = call_id or new_id("call")
+        started = time.time()
+        t0 = time.perf_counter()
+        tool = self.registry.get(tool_name)
+        context: ToolContext | None = None
+        replayed = False
+        output: Any = None
+        truncated = False
+        error: ToolError | None = None
+        status = ToolStatus.SUCCEEDED
+        idem_row: tuple[Any, dict[str, Any]] | None = None
+        input_for_record: Any = raw_input
+        try:
+            if tool is None:
+                raise ToolFailure(ToolStatus.DENIED, ErrorCode.UNKNOWN_TOOL,
+                                  f"no tool named {tool_name[:128]!r} is available to this task")
+            await self._check_task(identity)
+            if not tool.permits(identity):
+                raise ToolFailure(ToolStatus.DENIED, ErrorCode.FORBIDDEN,
+                                  f"this task may not call {tool.name!r}")
+            usage = self._usage.setdefault(identity.task_id, _TaskUsage())
+            self._charge_budget(identity, tool, usage)
+            args = self._validate(tool, raw_input)
+            input_for_record = args.model_dump(mode="json")
+            context = ToolContext(identity=identity, call_id=call_id, tool=tool, door=door,
+                                  services=self.services, progress=progress)
+            if tool.side_effects and idempotency_key:
+                lock = usage.locks.setdefault((tool.name, idempotency_key), asyncio.Lock())
+                async with lock:
+                    recorded = await self.store.idempotent_result(
+                        identity.task_id, tool.name, idempotency_key)
+                    if recorded is not None:
+                        replayed = True
+                        prior = ToolResult.model_validate_json(recorded)
+                        status, output, error, truncated = (
+                            prior.status, prior.output, prior.error, prior.truncated)
+                    else:
+                        output, truncated = await self._run(tool, context, args, cancel)
+                        # The idempotency record is committed with the call's evidence,
+                        # in the same transaction, before the result is returned.
+                        idem_row = self.store.idempotency_row(
+                            identity.task_id, tool.name, idempotency_key, call_id,
+                            ToolResult(call_id=call_id, tool=tool.name, status=status,
+                                       output=output, truncated=truncated).model_dump_json())
+                        usage.side_effects += 1
+            else:
+                output, truncated = await self._run(tool, context, args, cancel)
+                if tool.side_effects:
+                    usage.side_effects += 1
+        except GatewayError as exc:
+            status, error = exc.tool_status, exc.to_tool_error()
+        except asyncio.CancelledError:
+            # The caller went away: the call still ends in one recorded terminal result.
+            status = ToolStatus.FAILED
+            error = ToolError(code=ErrorCode.CANCELLED, message="the caller cancelled the call")
+            await asyncio.shield(self._finish(
+                identity, tool_name, door, call_id, started, t0, status, None, error,
+                False, False, input_for_record, idempotency_key, None, context))
+            raise
+        result = await self._finish(
+            identity, tool_name, door, call_id, started, t0, status, output, error,
+            truncated, replayed, input_for_record, idempotency_key, idem_row, context)
+        return result
+
+    async def _check_task(self, identity: TaskIdentity) -> None:
+        record = await self.tasks.record(identity.task_id)
+        if record is None or record.revoked_at is not None:
+            raise ToolFailure(ToolStatus.DENIED, ErrorCode.REVOKED, "the task has ended")
+        if self.tasks.status_of(record) == "expired":
+            raise ToolFailure(ToolStatus.DENIED, ErrorCode.INVALID_TOKEN, "the task has expired")
+
+    @staticmethod
+    def _charge_budget(identity: TaskIdentity, tool: Tool, usage: _TaskUsage) -> None:
+        budget = identity.budget
+        if budget.max_calls is not None and usage.calls >= budget.max_calls:
+            raise ToolFailure(ToolStatus.DENIED, ErrorCode.BUDGET_EXCEEDED,
+                              f"the task's budget of {budget.max_calls} calls is spent")
+        if (tool.side_effects and budget.max_side_effects is not None
+                and usage.side_effects >= budget.max_side_effects):
+            raise ToolFailure(ToolStatus.DENIED, ErrorCode.BUDGET_EXCEEDED,
+                              f"the task's budget of {budget.max_side_effects} side effects is spent")
+        usage.calls += 1
+
+    @staticmethod
+    def _validate(tool: Tool, raw_input: Any) -> BaseModel:
+        if raw_input is None:
+            raw_input = {}
+        if not isinstance(raw_input, Mapping):
+            raise ToolFailure(ToolStatus.FAILED, ErrorCode.INVALID_INPUT,
+                              "tool input must be a JSON object")
+        try:
+            size = len(json.dumps(raw_input, separators=(",", ":")))
+        except (TypeError, ValueError, RecursionError) as exc:
+            raise ToolFailure(ToolStatus.FAILED, ErrorCode.INVALID_INPUT,
+                              "tool input is not plain JSON") from exc
+        if size > MAX_INPUT_BYTES:
+            raise ToolFailure(ToolStatus.FAILED, ErrorCode.INVALID_INPUT,
+                              f"tool input is {size} bytes; at most {MAX_INPUT_BYTES}")
+        try:
+            return tool.input_model.model_validate(raw_input)
+        except ValidationError as exc:
+            errors = [
+                {"loc": [str(p) for p in e["loc"]], "msg": e["msg"], "type": e["type"]}
+                for e in exc.errors(include_url=False, include_input=False)
+            ]
+            raise ToolFailure(ToolStatus.FAILED, ErrorCode.INVALID_INPUT,
+                              f"input does not match {tool.name}'s schema",
+                              details={"errors": errors}) from None
+
+    @staticmethod
+    async def _run(
+        tool: Tool, context: ToolContext, args: BaseModel, cancel: asyncio.Event | None
+    ) -> tuple[Any, bool]:
+        handler = asyncio.ensure_future(tool.handler(context, args))
+        waiter = asyncio.ensure_future(cancel.wait()) if cancel is not None else None
+        try:
+            done, _ = await asyncio.wait(
+                [handler] if waiter is None else [handler, waiter],
+                timeout=tool.timeout_s, return_when=asyncio.FIRST_COMPLETED)
+        except asyncio.CancelledError:
+            handler.cancel()
+            raise
+        finally:
+            if waiter is not None:
+                waiter.cancel()
+        if handler not in done:
+            handler.cancel()
+            try:
+                await handler
+            except (asyncio.CancelledError, Exception):  # noqa: S110 - the outcome is decided
+                pass
+            if waiter is not None and waiter in done:
+                raise ToolFailure(ToolStatus.FAILED, ErrorCode.CANCELLED, "the call was cancelled")
+            raise ToolFailure(ToolStatus.TIMEOUT, ErrorCode.TIMEOUT,
+                              f"{tool.name} did not finish within {tool.timeout_s:g} s",
+                              retryable=True)
+        try:
+            value = _jsonable(handler.result())
+        except GatewayError:
+            raise
+        except asyncio.CancelledError as exc:
+            raise ToolFailure(ToolStatus.FAILED, ErrorCode.CANCELLED,
+                              "the handler was cancelled") from exc
+        except Exception as exc:
+            log.warning("tool %s failed: %r", tool.name, exc)
+            raise ToolFailure(ToolStatus.FAILED, ErrorCode.HANDLER_ERROR,
+                              f"{tool.name} failed: {type(exc).__name__}") from exc
+        return bound_output(value, tool.max_output_bytes)
+
+    async def _finish(
+        self, identity: TaskIdentity, tool_name: str, door: Door, call_id: str,
+        started: float, t0: float, status: ToolStatus, output: Any, error: ToolError | None,
+        truncated: bool, replayed: bool, input_for_record: Any, idempotency_key: str | None,
+        idem_row: tuple[Any, dict[str, Any]] | None, context: ToolContext | None,
+    ) -> ToolResult:
+        result = ToolResult(call_id=call_id, tool=tool_name, status=status, output=output,
+                            error=error, truncated=truncated, replayed=replayed)
+        duration = time.perf_counter() - t0
+        record = {
+            "call_id": call_id, "kind": "call", "task_id": identity.task_id,
+            "org_id": identity.org_id, "actor": identity.actor.id, "role": identity.actor.role,
+            "tool": tool_name[:128], "door": door.value, "status": status.value,
+            "error": error.model_dump(exclude_none=True) if error else None,
+            "input": input_for_record, "output": output, "truncated": truncated,
+            "replayed": replayed, "idempotency_key": idempotency_key,
+            "started_at": started, "duration_ms": round(duration * 1000, 3),
+        }
+        if context is not None and context.evidence:
+            record["context"] = context.evidence
+        rows = [self.store.evidence_row(
+            record_id=call_id, task_id=identity.task_id, org_id=identity.org_id, kind="call",
+            record=self.redactor.value(record), tool=tool_name[:128], door=door.value,
+            status=status.value, error_code=error.code if error else None)]
+        if idem_row is not None:
+            rows.append(idem_row)
+        try:
+            await self.store.commit(rows)
+        except StorageError as exc:
+            self.metrics.storage_failures.inc()
+            result = ToolResult(call_id=call_id, tool=tool_name, status=ToolStatus.FAILED,
+                                error=exc.to_tool_error())
+        self.metrics.calls.labels(tool_name[:128] if self.registry.get(tool_name) else "-",
+                                  door.value, result.status.value).inc()
+        self.metrics.call_seconds.labels(door.value).observe(duration)
+        return result
+
+    async def record_event(self, identity: TaskIdentity, kind: str, data: Mapping[str, Any]) -> str:
+        """Evidence that is not a call: a rejected frame, a blocked navigation..."""
+        record_id = new_id("evt")
+        record = {"event_id": record_id, "kind": kind, "task_id": identity.task_id,
+                  "org_id": identity.org_id, "actor": identity.actor.id, "at": time.time(),
+                  "data": dict(data)}
+        await self.store.commit([self.store.evidence_row(
+            record_id=record_id, task_id=identity.task_id, org_id=identity.org_id,
+            kind=kind, record=self.redactor.value(record))])
+        return record_id
+
+
+def bound_output(value: Any, limit: int) -> tuple[Any, bool]:
+    """The output if its JSON fits in `limit` bytes; else a flagged, cut rendering."""
+    try:
+        text = json.dumps(value, separators=(",", ":"), ensure_ascii=False, default=str)
+    except (TypeError, ValueError) as exc:
+        raise ToolFailure(ToolStatus.FAILED, ErrorCode.HANDLER_ERROR,
+                          "the tool returned a value that is not JSON") from exc
+    encoded = text.encode()
+    if len(encoded) <= limit:
+        return value, False
+    if isinstance(value, str):
+        return value.encode()[:limit].decode(errors="ignore"), True
+    return {"truncated_json": encoded[:limit].decode(errors="ignore"),
+            "original_bytes": len(encoded)}, True

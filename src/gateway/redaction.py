@@ -1,0 +1,88 @@
+"""Redaction: what is persisted or returned as evidence never carries a secret.
+
+Removed from every value, at any depth: values under secret-looking keys (token,
+authorization, cookie, password, secret, api key...), bearer credentials, signed gateway
+tokens, JWTs, cookie headers, the values of the gateway's own secrets and of secret-looking
+environment variables, and host-local absolute paths (home directories, the data dir, /tmp,
+/root...), which are replaced by a placeholder.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+REDACTED = "[redacted]"
+PATH_REDACTED = "[path]"
+
+_SECRET_KEY = re.compile(
+    r"(?i)(^|[_\-.])(token|secret|password|passwd|pwd|authorization|cookie|set-cookie|"
+    r"api[_-]?key|apikey|credential|private[_-]?key|session[_-]?id|bearer)s?($|[_\-.])"
+)
+_PATTERNS = [
+    # Authorization-style credentials anywhere in text.
+    re.compile(r"(?i)\b(bearer|basic|token)\s+[A-Za-z0-9._~+/=-]{8,}"),
+    # Cookie / Set-Cookie header lines.
+    re.compile(r"(?i)\b(set-)?cookie\s*[:=]\s*[^\r\n]+"),
+    # JSON web tokens.
+    re.compile(r"\beyJ[A-Za-z0-9_-]{5,}\.[A-Za-z0-9_-]{5,}\.[A-Za-z0-9_-]*"),
+    # itsdangerous-signed gateway tokens: payload.timestamp.signature.
+    re.compile(r"\b[A-Za-z0-9_-]{16,}\.[A-Za-z0-9_-]{4,12}\.[A-Za-z0-9_-]{20,}\b"),
+    # key=value pairs with secret-looking keys, in query strings and env dumps.
+    re.compile(
+        r"(?i)\b([A-Za-z0-9_]*(?:token|secret|password|api_?key|auth)[A-Za-z0-9_]*)\s*=\s*[^\s&;,\"']+"
+    ),
+]
+# Absolute host paths: a POSIX path of two or more segments under a host-local root, or a
+# Windows drive path. Relative workspace paths (README.md, src/x.py) are kept.
+_HOST_PATH = re.compile(
+    r"(?<![\w/.:-])(?:/(?:home|root|Users|tmp|var|etc|opt|srv|mnt|usr|private|proc|run|work|data)"
+    r"(?:/[^\s\"'<>|:;,]*)?|[A-Za-z]:\\[^\s\"'<>|]*|~/[^\s\"'<>|]*)"
+)
+_SECRET_ENV = re.compile(r"(?i)(token|secret|password|passwd|key|cookie|credential|auth)")
+
+
+class Redactor:
+    """Redacts known secret values and secret-shaped text; built once per gateway."""
+
+    def __init__(self, secrets: Iterable[str] = (), *, include_env: bool = True) -> None:
+        values = {s for s in secrets if s and len(s) >= 4}
+        if include_env:
+            values |= {
+                v for k, v in os.environ.items() if _SECRET_ENV.search(k) and v and len(v) >= 6
+            }
+        # Longest first so a secret containing another is removed whole.
+        self._secrets = sorted(values, key=len, reverse=True)
+
+    def add_secret(self, value: str) -> None:
+        if value and len(value) >= 4 and value not in self._secrets:
+            self._secrets.append(value)
+            self._secrets.sort(key=len, reverse=True)
+
+    def text(self, value: str) -> str:
+        for secret in self._secrets:
+            if secret in value:
+                value = value.replace(secret, REDACTED)
+        for pattern in _PATTERNS:
+            value = pattern.sub(REDACTED, value)
+        return _HOST_PATH.sub(PATH_REDACTED, value)
+
+    def value(self, value: Any, *, _depth: int = 0) -> Any:
+        if _depth > 64:
+            return REDACTED
+        if isinstance(value, str):
+            return self.text(value)
+        if isinstance(value, Mapping):
+            out: dict[str, Any] = {}
+            for key, item in value.items():
+                skey = self.text(str(key))
+                out[skey] = (
+                    REDACTED if _SECRET_KEY.search(str(key)) and item not in (None, "", [], {})
+                    else self.value(item, _depth=_depth + 1)
+                )
+            return out
+        if isinstance(value, list | tuple | set | frozenset):
+            return [self.value(item, _depth=_depth + 1) for item in value]
+        return value

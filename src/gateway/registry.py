@@ -1,0 +1,190 @@
+"""The tool registry: explicit tools with schemas, rights, bounds and handlers.
+
+A `Tool` declares everything the pipeline needs to run it safely. The registry resolves
+names and filters the catalog an identity sees; it never decides a call on its own (the
+pipeline authorizes every call again, whatever the caller was shown).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Awaitable, Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from pydantic import BaseModel
+
+from gateway.identity import TaskIdentity
+from gateway.results import Door
+
+TOOL_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,128}$")
+
+M = TypeVar("M", bound=BaseModel)
+S = TypeVar("S")
+
+ProgressFn = Callable[[float, float | None, str | None], Awaitable[None]]
+
+
+@dataclass(frozen=True)
+class ToolAnnotations:
+    """Hints a client can show; they never grant anything."""
+
+    read_only: bool = False
+    consequential: bool = False
+    untrusted_content: bool = False
+
+    def as_dict(self) -> dict[str, bool]:
+        return {
+            "readOnlyHint": self.read_only,
+            "destructiveHint": self.consequential,
+            "untrustedContentHint": self.untrusted_content,
+        }
+
+
+@dataclass
+class ToolContext:
+    """What a handler gets besides its validated input."""
+
+    identity: TaskIdentity
+    call_id: str
+    tool: Tool
+    door: Door
+    services: Services
+    progress: ProgressFn | None = None
+    # Extra facts the handler wants in its evidence record (e.g. the page it acted on).
+    evidence: dict[str, Any] = field(default_factory=dict)
+
+    def service(self, kind: type[S]) -> S:
+        return self.services.get(kind)
+
+    async def report_progress(
+        self, progress: float, total: float | None = None, message: str | None = None
+    ) -> None:
+        if self.progress is not None:
+            await self.progress(progress, total, message)
+
+
+Handler = Callable[[ToolContext, Any], Awaitable[Any]]
+
+
+@dataclass(frozen=True)
+class Tool:
+    name: str
+    title: str
+    description: str
+    input_model: type[BaseModel]
+    handler: Handler
+    scopes: frozenset[str] = frozenset()
+    roles: frozenset[str] = frozenset()  # empty: any role
+    annotations: ToolAnnotations = ToolAnnotations()
+    max_output_bytes: int = 64 * 1024
+    timeout_s: float = 30.0
+    side_effects: bool = False
+
+    def __post_init__(self) -> None:
+        if not TOOL_NAME.match(self.name):
+            raise ValueError(f"tool name {self.name!r} must be 1 to 128 of [A-Za-z0-9_.-]")
+        if self.timeout_s <= 0 or self.max_output_bytes <= 0:
+            raise ValueError(f"tool {self.name!r}: timeout and output bound must be positive")
+
+    def input_schema(self) -> dict[str, Any]:
+        return self.input_model.model_json_schema()
+
+    def permits(self, identity: TaskIdentity) -> bool:
+        """Whether this identity may call this tool at all (scopes, role, task allowlist)."""
+        return (
+            self.scopes <= identity.scopes
+            and (not self.roles or identity.actor.role in self.roles)
+            and identity.may_use_tool(self.name)
+        )
+
+    def catalog_entry(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "title": self.title,
+            "description": self.description,
+            "input_schema": self.input_schema(),
+            "annotations": self.annotations.as_dict(),
+            "side_effects": self.side_effects,
+        }
+
+
+class Services:
+    """A typed bag of the adapters a handler may need (tab channels, browsers, store...)."""
+
+    def __init__(self) -> None:
+        self._items: dict[type[Any], Any] = {}
+
+    def provide(self, kind: type[S], value: S) -> None:
+        self._items[kind] = value
+
+    def get(self, kind: type[S]) -> S:
+        try:
+            return self._items[kind]  # type: ignore[no-any-return]
+        except KeyError:
+            raise LookupError(f"no {kind.__name__} is configured in this gateway") from None
+
+    def find(self, kind: type[S]) -> S | None:
+        return self._items.get(kind)
+
+
+class Registry:
+    def __init__(self, tools: Iterable[Tool] = ()) -> None:
+        self._tools: dict[str, Tool] = {}
+        self._schemas: dict[str, dict[str, Any]] = {}
+        self._listeners: list[Callable[[], None]] = []
+        for tool in tools:
+            self.add(tool)
+
+    def add(self, tool: Tool) -> Tool:
+        if tool.name in self._tools:
+            raise ValueError(f"tool {tool.name!r} is already registered")
+        self._tools[tool.name] = tool
+        self._schemas[tool.name] = tool.catalog_entry()
+        for listener in self._listeners:
+            listener()
+        return tool
+
+    def tool(
+        self,
+        name: str,
+        *,
+        title: str,
+        description: str,
+        input_model: type[M],
+        scopes: Iterable[str] = (),
+        roles: Iterable[str] = (),
+        annotations: ToolAnnotations = ToolAnnotations(),
+        max_output_bytes: int = 64 * 1024,
+        timeout_s: float = 30.0,
+        side_effects: bool = False,
+    ) -> Callable[[Callable[[ToolContext, M], Awaitable[Any]]], Tool]:
+        """Decorator form: `@registry.tool("x.y", title=..., input_model=Model, scopes=[...])`."""
+
+        def register(handler: Callable[[ToolContext, M], Awaitable[Any]]) -> Tool:
+            return self.add(
+                Tool(
+                    name=name, title=title, description=description, input_model=input_model,
+                    handler=handler, scopes=frozenset(scopes), roles=frozenset(roles),
+                    annotations=annotations, max_output_bytes=max_output_bytes,
+                    timeout_s=timeout_s, side_effects=side_effects,
+                )
+            )
+
+        return register
+
+    def on_change(self, listener: Callable[[], None]) -> None:
+        self._listeners.append(listener)
+
+    def get(self, name: str) -> Tool | None:
+        return self._tools.get(name)
+
+    def __iter__(self) -> Iterator[Tool]:
+        return iter(self._tools.values())
+
+    def __len__(self) -> int:
+        return len(self._tools)
+
+    def catalog(self, identity: TaskIdentity) -> list[dict[str, Any]]:
+        """The tools this identity may call, sorted by name. Listing is never authority."""
+        return [self._schemas[t.name] for t in sorted(self, key=lambda t: t.name) if t.permits(identity)]

@@ -1,0 +1,99 @@
+"""Settings from the environment (prefix `GATEWAY_`), as CONTRACT section 1 lists them.
+
+Secrets that are not given are generated on first start and kept in the data dir with mode
+0600; they are never printed (only where they are kept).
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+from pathlib import Path
+from typing import Annotated
+
+from pydantic import Field, field_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+from gateway.origins import OriginError, normalize_origin
+
+
+def _split(value: object) -> object:
+    if isinstance(value, str):
+        return [part.strip() for part in value.split(",") if part.strip()]
+    return value
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="GATEWAY_", extra="ignore")
+
+    host: str = "127.0.0.1"
+    port: int = Field(default=8000, ge=0, le=65535)
+    public_url: str | None = None  # how sandboxes and pages reach the gateway, if not host:port
+    data_dir: Path = Path("./var/gateway")
+    database_url: str | None = None
+    db_synchronous: str = Field(default="NORMAL", pattern="^(?i)(OFF|NORMAL|FULL|EXTRA)$")
+    secret_keys: Annotated[list[str], NoDecode] = Field(default_factory=list)
+    control_key: str | None = None
+    dashboard_origins: Annotated[list[str], NoDecode] = Field(default_factory=list)
+    browser_executable: str | None = None
+    browser_ws_endpoint: str | None = None
+    max_contexts: int = Field(default=32, ge=1)
+    tab_token_ttl_s: int = Field(default=900, ge=1, le=3600)
+    agent_token_ttl_s: int = Field(default=900, ge=1, le=3600)
+    bridge_token_ttl_s: int = Field(default=900, ge=1, le=3600)
+    max_task_ttl_s: int = Field(default=3600, ge=1, le=86400)
+    max_body_bytes: int = Field(default=1024 * 1024, ge=1024)
+    example: bool = True
+    example_port: int = Field(default=8001, ge=0, le=65535)
+
+    @field_validator("secret_keys", mode="before")
+    @classmethod
+    def _keys(cls, value: object) -> object:
+        return _split(value)
+
+    @field_validator("dashboard_origins", mode="before")
+    @classmethod
+    def _origins(cls, value: object) -> object:
+        values = _split(value)
+        if isinstance(values, list):
+            try:
+                return [normalize_origin(str(v)) for v in values]
+            except OriginError as exc:
+                raise ValueError(str(exc)) from exc
+        return values
+
+    @property
+    def base_url(self) -> str:
+        return (self.public_url or f"http://{self.host}:{self.port}").rstrip("/")
+
+    def resolved_database_url(self) -> str:
+        if self.database_url:
+            return self.database_url
+        return f"sqlite+aiosqlite:///{self.data_dir.resolve() / 'gateway.db'}"
+
+    def ensure_secrets(self) -> list[str]:
+        """Fill in generated keys from (or into) the data dir; returns notes to print."""
+        notes: list[str] = []
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        if not self.secret_keys:
+            self.secret_keys = [_load_or_create(self.data_dir / "secret.key")]
+        if not self.control_key:
+            path = self.data_dir / "control.key"
+            self.control_key = _load_or_create(path)
+            notes.append(f"control-plane key kept in {path.resolve()} (mode 0600)")
+        return notes
+
+
+def _load_or_create(path: Path) -> str:
+    if path.exists():
+        value = path.read_text().strip()
+        if value:
+            return value
+    value = secrets.token_urlsafe(32)
+    # O_EXCL|0600 from the start: the key is never readable by others, not even briefly.
+    fd = os.open(path.with_suffix(".tmp"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        fh.write(value + "\n")
+    os.replace(path.with_suffix(".tmp"), path)
+    os.chmod(path, 0o600)
+    return value

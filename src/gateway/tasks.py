@@ -1,0 +1,183 @@
+"""The control plane's task service: create tasks, authenticate their tokens, end them.
+
+A task's identity is captured here, from the control plane's request, and stored. Token
+verification returns that stored identity, never anything the caller sent. Ending a task
+is one durable revocation row; every token of the task fails from then on, across
+restarts. Other parts (tab channels, browsers) subscribe to task ends to release what
+they hold for it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import secrets
+import time
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from gateway.errors import AuthError, NotFound, TokenExpired, TokenRevoked
+from gateway.identity import Actor, Budget, Sandbox, Scope, TaskIdentity
+from gateway.store.database import Store, TaskRecord
+from gateway.tokens import Purpose, TokenClaims, TokenService
+
+log = logging.getLogger(__name__)
+
+EndListener = Callable[[str, str], Awaitable[None]]
+
+
+class TaskCreate(BaseModel):
+    """Body of `POST /v1/tasks`."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    actor: Actor
+    org_id: str = Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9_.:@-]+$")
+    sandbox: Sandbox
+    scopes: list[Scope] = Field(default_factory=list, max_length=256)
+    allowed_tools: list[str] | None = Field(default=None, max_length=1024)
+    budget: Budget = Budget()
+    ttl_s: int | None = Field(default=None, ge=1)
+
+
+class TaskService:
+    def __init__(
+        self,
+        store: Store,
+        tokens: TokenService,
+        *,
+        ttl_by_purpose: dict[Purpose, int],
+        max_task_ttl_s: int = 3600,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.store = store
+        self.tokens = tokens
+        self._ttl = ttl_by_purpose
+        self._max_ttl = max_task_ttl_s
+        self._clock = clock
+        # Verified identities by task id. A task's identity never changes; its revocation
+        # is written here in the same step as in the store, so a hit is as good as a read.
+        self._cache: dict[str, TaskRecord] = {}
+        self._end_listeners: list[EndListener] = []
+
+    async def load(self) -> None:
+        """Warm the cache with the tasks that are still live (after a restart)."""
+        for record in await self.store.live_tasks(self._clock()):
+            self._cache[record.identity.task_id] = record
+
+    def active_count(self) -> int:
+        now = self._clock()
+        return sum(
+            1 for r in self._cache.values()
+            if r.revoked_at is None and now < r.identity.expires_at.timestamp()
+        )
+
+    def on_end(self, listener: EndListener) -> None:
+        self._end_listeners.append(listener)
+
+    async def create(self, request: TaskCreate) -> tuple[TaskIdentity, dict[str, str]]:
+        now = datetime.fromtimestamp(int(self._clock()), UTC)
+        ttl = min(request.ttl_s or self._max_ttl, self._max_ttl)
+        identity = TaskIdentity(
+            task_id=f"task_{secrets.token_hex(12)}",
+            actor=request.actor,
+            org_id=request.org_id,
+            sandbox=request.sandbox,
+            scopes=frozenset(request.scopes),
+            allowed_tools=tuple(request.allowed_tools) if request.allowed_tools is not None else None,
+            budget=request.budget,
+            created_at=now,
+            expires_at=now + timedelta(seconds=ttl),
+        )
+        await self.store.insert_task(identity)
+        self._cache[identity.task_id] = TaskRecord(identity, None, None)
+        return identity, self.mint_all(identity)
+
+    def mint_all(self, identity: TaskIdentity) -> dict[str, str]:
+        return {purpose.value: self.mint(identity, purpose) for purpose in Purpose}
+
+    def mint(self, identity: TaskIdentity, purpose: Purpose) -> str:
+        remaining = identity.expires_at.timestamp() - self._clock()
+        token, _ = self.tokens.mint(identity.task_id, purpose, min(self._ttl[purpose], remaining))
+        return token
+
+    async def record(self, task_id: str) -> TaskRecord | None:
+        cached = self._cache.get(task_id)
+        if cached is not None:
+            return cached
+        record = await self.store.get_task(task_id)
+        if record is not None:
+            self._cache[task_id] = record
+        return record
+
+    async def authenticate(self, token: str, purpose: Purpose) -> TaskIdentity:
+        """Verify a token for one purpose and return the task's stored identity."""
+        identity, _ = await self.authenticate_claims(token, purpose)
+        return identity
+
+    async def authenticate_claims(
+        self, token: str, purpose: Purpose
+    ) -> tuple[TaskIdentity, TokenClaims]:
+        claims = self.tokens.verify(token, purpose)
+        record = await self.record(claims.task_id)
+        if record is None:
+            raise AuthError("token names no known task")
+        if record.revoked_at is not None:
+            raise TokenRevoked()
+        if self._clock() >= record.identity.expires_at.timestamp():
+            raise TokenExpired("the task has expired")
+        return record.identity, claims
+
+    def status_of(self, record: TaskRecord) -> str:
+        if record.revoked_at is not None:
+            return "ended"
+        if self._clock() >= record.identity.expires_at.timestamp():
+            return "expired"
+        return "active"
+
+    async def get(self, task_id: str) -> TaskRecord:
+        record = await self.record(task_id)
+        if record is None:
+            raise NotFound("no such task")
+        return record
+
+    async def end(self, task_id: str, reason: str = "ended by the control plane") -> bool:
+        """End a task: revoke its tokens durably, then tell every listener. Idempotent."""
+        record = await self.get(task_id)
+        changed = await self.store.revoke_task(task_id, reason)
+        if changed or record.revoked_at is None:
+            self._cache[task_id] = TaskRecord(record.identity, self._clock(), reason)
+        if changed:
+            await self._notify_end(task_id, reason)
+        return changed
+
+    async def _notify_end(self, task_id: str, reason: str) -> None:
+        results = await asyncio.gather(
+            *(listener(task_id, reason) for listener in self._end_listeners),
+            return_exceptions=True,
+        )
+        for result in results:
+            if isinstance(result, BaseException):
+                log.error("a task-end listener failed for %s: %r", task_id, result)
+
+    def describe(self, record: TaskRecord) -> dict[str, Any]:
+        identity = record.identity
+        return {
+            "task_id": identity.task_id,
+            "status": self.status_of(record),
+            "org_id": identity.org_id,
+            "actor": identity.actor.model_dump(),
+            "sandbox": identity.sandbox.model_dump(mode="json"),
+            "scopes": sorted(identity.scopes),
+            "allowed_tools": list(identity.allowed_tools) if identity.allowed_tools is not None else None,
+            "budget": identity.budget.model_dump(exclude_none=True),
+            "created_at": identity.created_at.isoformat(),
+            "expires_at": identity.expires_at.isoformat(),
+            "ended_at": (
+                datetime.fromtimestamp(record.revoked_at, UTC).isoformat()
+                if record.revoked_at is not None else None
+            ),
+        }
