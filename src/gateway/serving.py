@@ -1,0 +1,46 @@
+"""Run an ASGI app on a loopback socket inside the current event loop.
+
+Used by `gateway demo`, the benchmarks and the tests: a real uvicorn server on a real
+port, started and stopped within one `async with`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+from collections.abc import AsyncIterator
+from typing import Any
+
+import uvicorn
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+@contextlib.asynccontextmanager
+async def serving(
+    app: Any, *, host: str = "127.0.0.1", port: int = 0, ws_max_size: int = 1024 * 1024
+) -> AsyncIterator[str]:
+    """Serve `app` until the block ends; yields its base URL (`http://host:port`)."""
+    port = port or free_port(host)
+    config = uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="on",
+                            ws_max_size=ws_max_size, ws_ping_interval=None)
+    server = uvicorn.Server(config)
+    server.install_signal_handlers = lambda: None  # type: ignore[method-assign]
+    task = asyncio.create_task(server.serve())
+    try:
+        while not server.started:
+            if task.done():
+                task.result()  # raises the start-up error
+                raise RuntimeError("the server stopped during start-up")
+            await asyncio.sleep(0.01)
+        yield f"http://{host}:{port}"
+    finally:
+        server.should_exit = True
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.wait_for(task, timeout=15)
