@@ -44,8 +44,11 @@ def task_body(
     body: dict[str, Any] = {
         "actor": {"id": actor, "role": role},
         "org_id": org,
-        "sandbox": {"id": f"sb_{org}", "app_origin": app_origin,
-                    "allowed_origins": list(allowed_origins)},
+        "sandbox": {
+            "id": f"sb_{org}",
+            "app_origin": app_origin,
+            "allowed_origins": list(allowed_origins),
+        },
         "scopes": list(scopes),
         **extra,
     }
@@ -81,7 +84,7 @@ LiveFactory = Callable[..., Any]
 
 
 @pytest.fixture
-async def live_factory() -> AsyncIterator[Callable[..., Any]]:
+def live_factory() -> Callable[..., Any]:
     """Start gateways on demand: `async with live_factory(settings, setup=...) as live`."""
     import contextlib
 
@@ -103,12 +106,10 @@ async def live_factory() -> AsyncIterator[Callable[..., Any]]:
         async with serving(app) as base_url, httpx.AsyncClient(base_url=base_url) as client:
             yield Live(base_url, gw, client)
 
-    yield start
+    return start
 
 
 @pytest.fixture
-async def live(
-    settings: Settings, live_factory: Callable[..., Any]
-) -> AsyncIterator[Live]:
+async def live(settings: Settings, live_factory: Callable[..., Any]) -> AsyncIterator[Live]:
     async with live_factory(settings) as running:
         yield running

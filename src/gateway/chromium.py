@@ -40,9 +40,7 @@ def find_chromium(configured: str | None = None) -> str:
     for candidate in candidates:
         if os.path.isfile(candidate) and os.access(candidate, os.X_OK):
             return candidate
-    raise BrowserNotFound(
-        "no Chromium found: set GATEWAY_BROWSER_EXECUTABLE or install chromium"
-    )
+    raise BrowserNotFound("no Chromium found: set GATEWAY_BROWSER_EXECUTABLE or install chromium")
 
 
 def launch_args(*, webmcp: bool = False, extra: tuple[str, ...] = ()) -> list[str]:

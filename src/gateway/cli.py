@@ -27,10 +27,18 @@ def _serve(args: argparse.Namespace) -> int:
     for note in settings.ensure_secrets():
         print(f"gateway: {note}", flush=True)
     app = build_app(settings)
-    print(f"gateway: serving on {settings.base_url} (data in {settings.data_dir.resolve()})",
-          flush=True)
-    uvicorn.run(app, host=settings.host, port=settings.port, log_level="info",
-                ws_max_size=1024 * 1024, proxy_headers=False)
+    print(
+        f"gateway: serving on {settings.base_url} (data in {settings.data_dir.resolve()})",
+        flush=True,
+    )
+    uvicorn.run(
+        app,
+        host=settings.host,
+        port=settings.port,
+        log_level="info",
+        ws_max_size=1024 * 1024,
+        proxy_headers=False,
+    )
     return 0
 
 
@@ -46,8 +54,9 @@ def parser() -> argparse.ArgumentParser:
     serve = sub.add_parser("serve", help="run the gateway")
     serve.add_argument("--host", default=os.environ.get("GATEWAY_HOST"))
     serve.add_argument("--port", type=int, default=None)
-    serve.add_argument("--no-example", action="store_true",
-                       help="do not serve the synthetic example dashboard")
+    serve.add_argument(
+        "--no-example", action="store_true", help="do not serve the synthetic example dashboard"
+    )
     serve.set_defaults(func=_serve)
 
     keys = sub.add_parser("keys", help="signing keys")

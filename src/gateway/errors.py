@@ -46,13 +46,17 @@ class GatewayError(Exception):
 
     def to_tool_error(self) -> ToolError:
         return ToolError(
-            code=str(self.code), message=self.message, retryable=self.retryable,
+            code=str(self.code),
+            message=self.message,
+            retryable=self.retryable,
             details=self.details,
         )
 
     def to_json(self) -> dict[str, Any]:
         body: dict[str, Any] = {
-            "code": str(self.code), "message": self.message, "retryable": self.retryable,
+            "code": str(self.code),
+            "message": self.message,
+            "retryable": self.retryable,
         }
         if self.details:
             body["details"] = self.details

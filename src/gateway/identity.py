@@ -14,8 +14,12 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_vali
 
 from gateway.origins import OriginError, normalize_origin
 
-Name = Annotated[str, StringConstraints(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9_.:@-]+$")]
-Scope = Annotated[str, StringConstraints(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9_.:*-]+$")]
+Name = Annotated[
+    str, StringConstraints(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9_.:@-]+$")
+]
+Scope = Annotated[
+    str, StringConstraints(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9_.:*-]+$")
+]
 _TOOL_PATTERN = re.compile(r"^[A-Za-z0-9_.-]{1,128}$|^[A-Za-z0-9_.-]{0,126}\.\*$")
 
 

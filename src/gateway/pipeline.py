@@ -10,6 +10,7 @@ the task's stored state (ended, expired) is read again too.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import time
@@ -91,36 +92,60 @@ class Pipeline:
         input_for_record: Any = raw_input
         try:
             if tool is None:
-                raise ToolFailure(ToolStatus.DENIED, ErrorCode.UNKNOWN_TOOL,
-                                  f"no tool named {tool_name[:128]!r} is available to this task")
+                raise ToolFailure(
+                    ToolStatus.DENIED,
+                    ErrorCode.UNKNOWN_TOOL,
+                    f"no tool named {tool_name[:128]!r} is available to this task",
+                )
             await self._check_task(identity)
             if not tool.permits(identity):
-                raise ToolFailure(ToolStatus.DENIED, ErrorCode.FORBIDDEN,
-                                  f"this task may not call {tool.name!r}")
+                raise ToolFailure(
+                    ToolStatus.DENIED, ErrorCode.FORBIDDEN, f"this task may not call {tool.name!r}"
+                )
             usage = self._usage.setdefault(identity.task_id, _TaskUsage())
             self._charge_budget(identity, tool, usage)
             args = self._validate(tool, raw_input)
             input_for_record = args.model_dump(mode="json")
-            context = ToolContext(identity=identity, call_id=call_id, tool=tool, door=door,
-                                  services=self.services, progress=progress)
+            context = ToolContext(
+                identity=identity,
+                call_id=call_id,
+                tool=tool,
+                door=door,
+                services=self.services,
+                progress=progress,
+            )
             if tool.side_effects and idempotency_key:
                 lock = usage.locks.setdefault((tool.name, idempotency_key), asyncio.Lock())
                 async with lock:
                     recorded = await self.store.idempotent_result(
-                        identity.task_id, tool.name, idempotency_key)
+                        identity.task_id, tool.name, idempotency_key
+                    )
                     if recorded is not None:
                         replayed = True
                         prior = ToolResult.model_validate_json(recorded)
                         status, output, error, truncated = (
-                            prior.status, prior.output, prior.error, prior.truncated)
+                            prior.status,
+                            prior.output,
+                            prior.error,
+                            prior.truncated,
+                        )
                     else:
                         output, truncated = await self._run(tool, context, args, cancel)
                         # The idempotency record is committed with the call's evidence,
                         # in the same transaction, before the result is returned.
                         idem_row = self.store.idempotency_row(
-                            identity.task_id, tool.name, idempotency_key, call_id,
-                            ToolResult(call_id=call_id, tool=tool.name, status=status,
-                                       output=output, truncated=truncated).model_dump_json())
+                            identity.task_id,
+                            tool.name,
+                            idempotency_key,
+                            call_id,
+                            ToolResult(
+                                call_id=call_id,
+                                tool=tool.name,
+                                status=status,
+                                output=output,
+                                truncated=truncated,
+                            ).model_dump_json(),
+                        )
                         usage.side_effects += 1
             else:
                 output, truncated = await self._run(tool, context, args, cancel)
@@ -132,13 +157,43 @@ class Pipeline:
             # The caller went away: the call still ends in one recorded terminal result.
             status = ToolStatus.FAILED
             error = ToolError(code=ErrorCode.CANCELLED, message="the caller cancelled the call")
-            await asyncio.shield(self._finish(
-                identity, tool_name, door, call_id, started, t0, status, None, error,
-                False, False, input_for_record, idempotency_key, None, context))
+            await asyncio.shield(
+                self._finish(
+                    identity,
+                    tool_name,
+                    door,
+                    call_id,
+                    started,
+                    t0,
+                    status,
+                    None,
+                    error,
+                    False,
+                    False,
+                    input_for_record,
+                    idempotency_key,
+                    None,
+                    context,
+                )
+            )
             raise
         result = await self._finish(
-            identity, tool_name, door, call_id, started, t0, status, output, error,
-            truncated, replayed, input_for_record, idempotency_key, idem_row, context)
+            identity,
+            tool_name,
+            door,
+            call_id,
+            started,
+            t0,
+            status,
+            output,
+            error,
+            truncated,
+            replayed,
+            input_for_record,
+            idempotency_key,
+            idem_row,
+            context,
+        )
         return result
 
     async def _check_task(self, identity: TaskIdentity) -> None:
@@ -152,12 +207,21 @@ class Pipeline:
     def _charge_budget(identity: TaskIdentity, tool: Tool, usage: _TaskUsage) -> None:
         budget = identity.budget
         if budget.max_calls is not None and usage.calls >= budget.max_calls:
-            raise ToolFailure(ToolStatus.DENIED, ErrorCode.BUDGET_EXCEEDED,
-                              f"the task's budget of {budget.max_calls} calls is spent")
-        if (tool.side_effects and budget.max_side_effects is not None
-                and usage.side_effects >= budget.max_side_effects):
-            raise ToolFailure(ToolStatus.DENIED, ErrorCode.BUDGET_EXCEEDED,
-                              f"the task's budget of {budget.max_side_effects} side effects is spent")
+            raise ToolFailure(
+                ToolStatus.DENIED,
+                ErrorCode.BUDGET_EXCEEDED,
+                f"the task's budget of {budget.max_calls} calls is spent",
+            )
+        if (
+            tool.side_effects
+            and budget.max_side_effects is not None
+            and usage.side_effects >= budget.max_side_effects
+        ):
+            raise ToolFailure(
+                ToolStatus.DENIED,
+                ErrorCode.BUDGET_EXCEEDED,
+                f"the task's budget of {budget.max_side_effects} side effects is spent",
+            )
         usage.calls += 1
 
     @staticmethod
@@ -165,16 +229,21 @@ class Pipeline:
         if raw_input is None:
             raw_input = {}
         if not isinstance(raw_input, Mapping):
-            raise ToolFailure(ToolStatus.FAILED, ErrorCode.INVALID_INPUT,
-                              "tool input must be a JSON object")
+            raise ToolFailure(
+                ToolStatus.FAILED, ErrorCode.INVALID_INPUT, "tool input must be a JSON object"
+            )
         try:
             size = len(json.dumps(raw_input, separators=(",", ":")))
         except (TypeError, ValueError, RecursionError) as exc:
-            raise ToolFailure(ToolStatus.FAILED, ErrorCode.INVALID_INPUT,
-                              "tool input is not plain JSON") from exc
+            raise ToolFailure(
+                ToolStatus.FAILED, ErrorCode.INVALID_INPUT, "tool input is not plain JSON"
+            ) from exc
         if size > MAX_INPUT_BYTES:
-            raise ToolFailure(ToolStatus.FAILED, ErrorCode.INVALID_INPUT,
-                              f"tool input is {size} bytes; at most {MAX_INPUT_BYTES}")
+            raise ToolFailure(
+                ToolStatus.FAILED,
+                ErrorCode.INVALID_INPUT,
+                f"tool input is {size} bytes; at most {MAX_INPUT_BYTES}",
+            )
         try:
             return tool.input_model.model_validate(raw_input)
         except ValidationError as exc:
@@ -182,9 +251,12 @@ class Pipeline:
                 {"loc": [str(p) for p in e["loc"]], "msg": e["msg"], "type": e["type"]}
                 for e in exc.errors(include_url=False, include_input=False)
             ]
-            raise ToolFailure(ToolStatus.FAILED, ErrorCode.INVALID_INPUT,
-                              f"input does not match {tool.name}'s schema",
-                              details={"errors": errors}) from None
+            raise ToolFailure(
+                ToolStatus.FAILED,
+                ErrorCode.INVALID_INPUT,
+                f"input does not match {tool.name}'s schema",
+                details={"errors": errors},
+            ) from None
 
     @staticmethod
     async def _run(
@@ -195,7 +267,9 @@ class Pipeline:
         try:
             done, _ = await asyncio.wait(
                 [handler] if waiter is None else [handler, waiter],
-                timeout=tool.timeout_s, return_when=asyncio.FIRST_COMPLETED)
+                timeout=tool.timeout_s,
+                return_when=asyncio.FIRST_COMPLETED,
+            )
         except asyncio.CancelledError:
             handler.cancel()
             raise
@@ -204,74 +278,136 @@ class Pipeline:
                 waiter.cancel()
         if handler not in done:
             handler.cancel()
-            try:
+            # The outcome is decided already; the handler only has to be gone.
+            with contextlib.suppress(asyncio.CancelledError, Exception):
                 await handler
-            except (asyncio.CancelledError, Exception):  # noqa: S110 - the outcome is decided
-                pass
             if waiter is not None and waiter in done:
                 raise ToolFailure(ToolStatus.FAILED, ErrorCode.CANCELLED, "the call was cancelled")
-            raise ToolFailure(ToolStatus.TIMEOUT, ErrorCode.TIMEOUT,
-                              f"{tool.name} did not finish within {tool.timeout_s:g} s",
-                              retryable=True)
+            raise ToolFailure(
+                ToolStatus.TIMEOUT,
+                ErrorCode.TIMEOUT,
+                f"{tool.name} did not finish within {tool.timeout_s:g} s",
+                retryable=True,
+            )
         try:
             value = _jsonable(handler.result())
         except GatewayError:
             raise
         except asyncio.CancelledError as exc:
-            raise ToolFailure(ToolStatus.FAILED, ErrorCode.CANCELLED,
-                              "the handler was cancelled") from exc
+            raise ToolFailure(
+                ToolStatus.FAILED, ErrorCode.CANCELLED, "the handler was cancelled"
+            ) from exc
         except Exception as exc:
             log.warning("tool %s failed: %r", tool.name, exc)
-            raise ToolFailure(ToolStatus.FAILED, ErrorCode.HANDLER_ERROR,
-                              f"{tool.name} failed: {type(exc).__name__}") from exc
+            raise ToolFailure(
+                ToolStatus.FAILED,
+                ErrorCode.HANDLER_ERROR,
+                f"{tool.name} failed: {type(exc).__name__}",
+            ) from exc
         return bound_output(value, tool.max_output_bytes)
 
     async def _finish(
-        self, identity: TaskIdentity, tool_name: str, door: Door, call_id: str,
-        started: float, t0: float, status: ToolStatus, output: Any, error: ToolError | None,
-        truncated: bool, replayed: bool, input_for_record: Any, idempotency_key: str | None,
-        idem_row: tuple[Any, dict[str, Any]] | None, context: ToolContext | None,
+        self,
+        identity: TaskIdentity,
+        tool_name: str,
+        door: Door,
+        call_id: str,
+        started: float,
+        t0: float,
+        status: ToolStatus,
+        output: Any,
+        error: ToolError | None,
+        truncated: bool,
+        replayed: bool,
+        input_for_record: Any,
+        idempotency_key: str | None,
+        idem_row: tuple[Any, dict[str, Any]] | None,
+        context: ToolContext | None,
     ) -> ToolResult:
-        result = ToolResult(call_id=call_id, tool=tool_name, status=status, output=output,
-                            error=error, truncated=truncated, replayed=replayed)
+        result = ToolResult(
+            call_id=call_id,
+            tool=tool_name,
+            status=status,
+            output=output,
+            error=error,
+            truncated=truncated,
+            replayed=replayed,
+        )
         duration = time.perf_counter() - t0
         record = {
-            "call_id": call_id, "kind": "call", "task_id": identity.task_id,
-            "org_id": identity.org_id, "actor": identity.actor.id, "role": identity.actor.role,
-            "tool": tool_name[:128], "door": door.value, "status": status.value,
+            "call_id": call_id,
+            "kind": "call",
+            "task_id": identity.task_id,
+            "org_id": identity.org_id,
+            "actor": identity.actor.id,
+            "role": identity.actor.role,
+            "tool": tool_name[:128],
+            "door": door.value,
+            "status": status.value,
             "error": error.model_dump(exclude_none=True) if error else None,
-            "input": input_for_record, "output": output, "truncated": truncated,
-            "replayed": replayed, "idempotency_key": idempotency_key,
-            "started_at": started, "duration_ms": round(duration * 1000, 3),
+            "input": input_for_record,
+            "output": output,
+            "truncated": truncated,
+            "replayed": replayed,
+            "idempotency_key": idempotency_key,
+            "started_at": started,
+            "duration_ms": round(duration * 1000, 3),
         }
         if context is not None and context.evidence:
             record["context"] = context.evidence
-        rows = [self.store.evidence_row(
-            record_id=call_id, task_id=identity.task_id, org_id=identity.org_id, kind="call",
-            record=self.redactor.value(record), tool=tool_name[:128], door=door.value,
-            status=status.value, error_code=error.code if error else None)]
+        rows = [
+            self.store.evidence_row(
+                record_id=call_id,
+                task_id=identity.task_id,
+                org_id=identity.org_id,
+                kind="call",
+                record=self.redactor.value(record),
+                tool=tool_name[:128],
+                door=door.value,
+                status=status.value,
+                error_code=error.code if error else None,
+            )
+        ]
         if idem_row is not None:
             rows.append(idem_row)
         try:
             await self.store.commit(rows)
         except StorageError as exc:
             self.metrics.storage_failures.inc()
-            result = ToolResult(call_id=call_id, tool=tool_name, status=ToolStatus.FAILED,
-                                error=exc.to_tool_error())
-        self.metrics.calls.labels(tool_name[:128] if self.registry.get(tool_name) else "-",
-                                  door.value, result.status.value).inc()
+            result = ToolResult(
+                call_id=call_id, tool=tool_name, status=ToolStatus.FAILED, error=exc.to_tool_error()
+            )
+        self.metrics.calls.labels(
+            tool_name[:128] if self.registry.get(tool_name) else "-",
+            door.value,
+            result.status.value,
+        ).inc()
         self.metrics.call_seconds.labels(door.value).observe(duration)
         return result
 
     async def record_event(self, identity: TaskIdentity, kind: str, data: Mapping[str, Any]) -> str:
         """Evidence that is not a call: a rejected frame, a blocked navigation..."""
         record_id = new_id("evt")
-        record = {"event_id": record_id, "kind": kind, "task_id": identity.task_id,
-                  "org_id": identity.org_id, "actor": identity.actor.id, "at": time.time(),
-                  "data": dict(data)}
-        await self.store.commit([self.store.evidence_row(
-            record_id=record_id, task_id=identity.task_id, org_id=identity.org_id,
-            kind=kind, record=self.redactor.value(record))])
+        record = {
+            "event_id": record_id,
+            "kind": kind,
+            "task_id": identity.task_id,
+            "org_id": identity.org_id,
+            "actor": identity.actor.id,
+            "at": time.time(),
+            "data": dict(data),
+        }
+        await self.store.commit(
+            [
+                self.store.evidence_row(
+                    record_id=record_id,
+                    task_id=identity.task_id,
+                    org_id=identity.org_id,
+                    kind=kind,
+                    record=self.redactor.value(record),
+                )
+            ]
+        )
         return record_id
 
 
@@ -280,12 +416,15 @@ def bound_output(value: Any, limit: int) -> tuple[Any, bool]:
     try:
         text = json.dumps(value, separators=(",", ":"), ensure_ascii=False, default=str)
     except (TypeError, ValueError) as exc:
-        raise ToolFailure(ToolStatus.FAILED, ErrorCode.HANDLER_ERROR,
-                          "the tool returned a value that is not JSON") from exc
+        raise ToolFailure(
+            ToolStatus.FAILED, ErrorCode.HANDLER_ERROR, "the tool returned a value that is not JSON"
+        ) from exc
     encoded = text.encode()
     if len(encoded) <= limit:
         return value, False
     if isinstance(value, str):
         return value.encode()[:limit].decode(errors="ignore"), True
-    return {"truncated_json": encoded[:limit].decode(errors="ignore"),
-            "original_bytes": len(encoded)}, True
+    return {
+        "truncated_json": encoded[:limit].decode(errors="ignore"),
+        "original_bytes": len(encoded),
+    }, True

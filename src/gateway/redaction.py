@@ -79,7 +79,8 @@ class Redactor:
             for key, item in value.items():
                 skey = self.text(str(key))
                 out[skey] = (
-                    REDACTED if _SECRET_KEY.search(str(key)) and item not in (None, "", [], {})
+                    REDACTED
+                    if _SECRET_KEY.search(str(key)) and item not in (None, "", [], {})
                     else self.value(item, _depth=_depth + 1)
                 )
             return out

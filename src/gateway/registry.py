@@ -164,10 +164,17 @@ class Registry:
         def register(handler: Callable[[ToolContext, M], Awaitable[Any]]) -> Tool:
             return self.add(
                 Tool(
-                    name=name, title=title, description=description, input_model=input_model,
-                    handler=handler, scopes=frozenset(scopes), roles=frozenset(roles),
-                    annotations=annotations, max_output_bytes=max_output_bytes,
-                    timeout_s=timeout_s, side_effects=side_effects,
+                    name=name,
+                    title=title,
+                    description=description,
+                    input_model=input_model,
+                    handler=handler,
+                    scopes=frozenset(scopes),
+                    roles=frozenset(roles),
+                    annotations=annotations,
+                    max_output_bytes=max_output_bytes,
+                    timeout_s=timeout_s,
+                    side_effects=side_effects,
                 )
             )
 
@@ -187,4 +194,6 @@ class Registry:
 
     def catalog(self, identity: TaskIdentity) -> list[dict[str, Any]]:
         """The tools this identity may call, sorted by name. Listing is never authority."""
-        return [self._schemas[t.name] for t in sorted(self, key=lambda t: t.name) if t.permits(identity)]
+        return [
+            self._schemas[t.name] for t in sorted(self, key=lambda t: t.name) if t.permits(identity)
+        ]

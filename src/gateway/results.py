@@ -24,7 +24,7 @@ class ErrorCode(StrEnum):
     UNKNOWN_TOOL = "unknown_tool"
     FORBIDDEN = "forbidden"
     INVALID_INPUT = "invalid_input"
-    INVALID_TOKEN = "invalid_token"
+    INVALID_TOKEN = "invalid_token"  # noqa: S105 - an error code, not a secret
     REVOKED = "revoked"
     STALE_TARGET = "stale_target"
     TAB_UNAVAILABLE = "tab_unavailable"

@@ -35,11 +35,13 @@ class Gateway:
         assert settings.control_key is not None
         self.settings = settings
         self.metrics = Metrics()
-        self.store = Store(settings.resolved_database_url(), settings.data_dir,
-                           synchronous=settings.db_synchronous)
+        self.store = Store(
+            settings.resolved_database_url(), settings.data_dir, synchronous=settings.db_synchronous
+        )
         self.tokens = TokenService(settings.secret_keys)
         self.tasks = TaskService(
-            self.store, self.tokens,
+            self.store,
+            self.tokens,
             ttl_by_purpose={
                 Purpose.TAB: settings.tab_token_ttl_s,
                 Purpose.AGENT: settings.agent_token_ttl_s,
@@ -50,8 +52,9 @@ class Gateway:
         self.redactor = Redactor([*settings.secret_keys, settings.control_key])
         self.registry = Registry()
         self.services = Services()
-        self.pipeline = Pipeline(self.registry, self.tasks, self.store, self.services,
-                                 self.redactor, self.metrics)
+        self.pipeline = Pipeline(
+            self.registry, self.tasks, self.store, self.services, self.redactor, self.metrics
+        )
         self._startup: list[Hook] = []
         self._shutdown: list[Hook] = []
         self._contexts: list[Callable[[], AbstractAsyncContextManager[Any]]] = []

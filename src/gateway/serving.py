@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import socket
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import uvicorn
@@ -22,16 +22,30 @@ def free_port(host: str = "127.0.0.1") -> int:
         return port
 
 
+class _QuietServer(uvicorn.Server):
+    """A server that leaves signal handling to its host (a test run, the demo, a bench)."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
+
+
 @contextlib.asynccontextmanager
 async def serving(
     app: Any, *, host: str = "127.0.0.1", port: int = 0, ws_max_size: int = 1024 * 1024
 ) -> AsyncIterator[str]:
     """Serve `app` until the block ends; yields its base URL (`http://host:port`)."""
     port = port or free_port(host)
-    config = uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="on",
-                            ws_max_size=ws_max_size, ws_ping_interval=None)
-    server = uvicorn.Server(config)
-    server.install_signal_handlers = lambda: None  # type: ignore[method-assign]
+    config = uvicorn.Config(
+        app,
+        host=host,
+        port=port,
+        log_level="warning",
+        lifespan="on",
+        ws_max_size=ws_max_size,
+        ws_ping_interval=None,
+    )
+    server = _QuietServer(config)
     task = asyncio.create_task(server.serve())
     try:
         while not server.started:

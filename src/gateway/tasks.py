@@ -71,7 +71,8 @@ class TaskService:
     def active_count(self) -> int:
         now = self._clock()
         return sum(
-            1 for r in self._cache.values()
+            1
+            for r in self._cache.values()
             if r.revoked_at is None and now < r.identity.expires_at.timestamp()
         )
 
@@ -87,7 +88,9 @@ class TaskService:
             org_id=request.org_id,
             sandbox=request.sandbox,
             scopes=frozenset(request.scopes),
-            allowed_tools=tuple(request.allowed_tools) if request.allowed_tools is not None else None,
+            allowed_tools=tuple(request.allowed_tools)
+            if request.allowed_tools is not None
+            else None,
             budget=request.budget,
             created_at=now,
             expires_at=now + timedelta(seconds=ttl),
@@ -172,12 +175,15 @@ class TaskService:
             "actor": identity.actor.model_dump(),
             "sandbox": identity.sandbox.model_dump(mode="json"),
             "scopes": sorted(identity.scopes),
-            "allowed_tools": list(identity.allowed_tools) if identity.allowed_tools is not None else None,
+            "allowed_tools": list(identity.allowed_tools)
+            if identity.allowed_tools is not None
+            else None,
             "budget": identity.budget.model_dump(exclude_none=True),
             "created_at": identity.created_at.isoformat(),
             "expires_at": identity.expires_at.isoformat(),
             "ended_at": (
                 datetime.fromtimestamp(record.revoked_at, UTC).isoformat()
-                if record.revoked_at is not None else None
+                if record.revoked_at is not None
+                else None
             ),
         }

@@ -60,7 +60,9 @@ class TokenService:
         ordered = list(reversed(list(keys)))
         self._serializers = {
             purpose: URLSafeTimedSerializer(
-                ordered, salt=f"gateway.task-token.{purpose.value}", signer=_Signer,
+                ordered,
+                salt=f"gateway.task-token.{purpose.value}",
+                signer=_Signer,
                 signer_kwargs={"digest_method": hashlib.sha256},
             )
             for purpose in Purpose
@@ -69,7 +71,9 @@ class TokenService:
     def mint(self, task_id: str, purpose: Purpose, ttl_s: float) -> tuple[str, TokenClaims]:
         now = self._clock()
         claims = TokenClaims(
-            task_id=task_id, token_id=secrets.token_hex(8), purpose=purpose,
+            task_id=task_id,
+            token_id=secrets.token_hex(8),
+            purpose=purpose,
             expires_at=float(int(now + ttl_s)),
         )
         payload = {"t": claims.task_id, "j": claims.token_id, "e": int(claims.expires_at)}
@@ -94,6 +98,8 @@ class TokenService:
         if self._clock() >= payload["e"]:
             raise TokenExpired()
         return TokenClaims(
-            task_id=payload["t"], token_id=payload["j"], purpose=purpose,
+            task_id=payload["t"],
+            token_id=payload["j"],
+            purpose=purpose,
             expires_at=float(payload["e"]),
         )

@@ -62,7 +62,9 @@ def require_control(gw: Gateway, request: Request) -> None:
         raise AuthError("the control-plane key is required")
 
 
-async def agent_identity(gw: Gateway, request: Request, purpose: Purpose = Purpose.AGENT) -> TaskIdentity:
+async def agent_identity(
+    gw: Gateway, request: Request, purpose: Purpose = Purpose.AGENT
+) -> TaskIdentity:
     try:
         return await gw.tasks.authenticate(bearer(request), purpose)
     except AuthError as exc:

@@ -20,9 +20,15 @@ def routes(gw: Gateway) -> list[BaseRoute]:
         try:
             spec = TaskCreate.model_validate(body)
         except ValidationError as exc:
-            raise InvalidInput("the task request is invalid", details={"errors": [
-                {"loc": [str(p) for p in e["loc"]], "msg": e["msg"]}
-                for e in exc.errors(include_url=False, include_input=False)]}) from None
+            raise InvalidInput(
+                "the task request is invalid",
+                details={
+                    "errors": [
+                        {"loc": [str(p) for p in e["loc"]], "msg": e["msg"]}
+                        for e in exc.errors(include_url=False, include_input=False)
+                    ]
+                },
+            ) from None
         identity, tokens = await gw.tasks.create(spec)
         answer = {
             "task_id": identity.task_id,
@@ -48,8 +54,9 @@ def routes(gw: Gateway) -> list[BaseRoute]:
         task_id = request.path_params["task_id"]
         changed = await gw.tasks.end(task_id)
         record = await gw.tasks.get(task_id)
-        return JSONResponse({"task_id": task_id, "status": gw.tasks.status_of(record),
-                             "changed": changed})
+        return JSONResponse(
+            {"task_id": task_id, "status": gw.tasks.status_of(record), "changed": changed}
+        )
 
     async def evidence(request: Request) -> Response:
         task_id = request.path_params["task_id"]
@@ -61,19 +68,24 @@ def routes(gw: Gateway) -> list[BaseRoute]:
         except ValueError:
             raise InvalidInput("after and limit must be integers") from None
         # Scoped by the task's own owner: the query cannot reach another organization.
-        items = await gw.store.evidence_for(record.identity.org_id, task_id,
-                                            after=after, limit=limit)
+        items = await gw.store.evidence_for(
+            record.identity.org_id, task_id, after=after, limit=limit
+        )
         return JSONResponse({"task_id": task_id, "records": items})
 
     async def artifact(request: Request) -> Response:
         ref = await gw.store.get_artifact(request.path_params["artifact_id"])
         await task_reader(gw, request, ref.task_id)
         data = await gw.store.read_artifact(ref)
-        return Response(data, media_type=ref.media_type, headers={
-            "X-Content-SHA256": ref.sha256,
-            "Content-Disposition": f'attachment; filename="{ref.id}"',
-            "X-Content-Type-Options": "nosniff",
-        })
+        return Response(
+            data,
+            media_type=ref.media_type,
+            headers={
+                "X-Content-SHA256": ref.sha256,
+                "Content-Disposition": f'attachment; filename="{ref.id}"',
+                "X-Content-Type-Options": "nosniff",
+            },
+        )
 
     return [
         Route("/v1/tasks", create, methods=["POST"]),

@@ -10,6 +10,7 @@ is stored, and concurrent calls share one commit.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import json
 import os
@@ -49,8 +50,11 @@ class ArtifactRef:
 
     def public(self) -> dict[str, Any]:
         return {
-            "artifact_id": self.id, "name": self.name, "media_type": self.media_type,
-            "size": self.size, "sha256": self.sha256,
+            "artifact_id": self.id,
+            "name": self.name,
+            "media_type": self.media_type,
+            "size": self.size,
+            "sha256": self.sha256,
         }
 
 
@@ -112,13 +116,10 @@ class Store:
     async def close(self) -> None:
         if self._writer is not None:
             # Let what is queued reach the disk before the engine goes.
-            while not self._queue.empty():
-                await asyncio.sleep(0.005)
+            await self._queue.join()
             self._writer.cancel()
-            try:
+            with contextlib.suppress(asyncio.CancelledError):
                 await self._writer
-            except asyncio.CancelledError:
-                pass
             self._writer = None
         if self._engine is not None:
             await self._engine.dispose()
@@ -151,6 +152,9 @@ class Store:
                 for item in batch:
                     if not item.done.done():
                         item.done.set_result(None)
+            finally:
+                for _ in batch:
+                    self._queue.task_done()
 
     async def _write_batch(self, batch: list[_Pending]) -> None:
         grouped: dict[Any, list[dict[str, Any]]] = {}
@@ -164,19 +168,34 @@ class Store:
     # -- tasks ------------------------------------------------------------------------
 
     async def insert_task(self, identity: TaskIdentity) -> None:
-        await self.commit([(schema.tasks, {
-            "task_id": identity.task_id, "org_id": identity.org_id,
-            "actor_id": identity.actor.id, "identity": identity.model_dump_json(),
-            "created_at": identity.created_at.timestamp(),
-            "expires_at": identity.expires_at.timestamp(),
-        })])
+        await self.commit(
+            [
+                (
+                    schema.tasks,
+                    {
+                        "task_id": identity.task_id,
+                        "org_id": identity.org_id,
+                        "actor_id": identity.actor.id,
+                        "identity": identity.model_dump_json(),
+                        "created_at": identity.created_at.timestamp(),
+                        "expires_at": identity.expires_at.timestamp(),
+                    },
+                )
+            ]
+        )
 
     async def get_task(self, task_id: str) -> TaskRecord | None:
         query = (
-            select(schema.tasks.c.identity, schema.revocations.c.revoked_at,
-                   schema.revocations.c.reason)
-            .select_from(schema.tasks.outerjoin(
-                schema.revocations, schema.tasks.c.task_id == schema.revocations.c.task_id))
+            select(
+                schema.tasks.c.identity,
+                schema.revocations.c.revoked_at,
+                schema.revocations.c.reason,
+            )
+            .select_from(
+                schema.tasks.outerjoin(
+                    schema.revocations, schema.tasks.c.task_id == schema.revocations.c.task_id
+                )
+            )
             .where(schema.tasks.c.task_id == task_id)
         )
         try:
@@ -191,8 +210,11 @@ class Store:
     async def live_tasks(self, now: float) -> list[TaskRecord]:
         query = (
             select(schema.tasks.c.identity)
-            .select_from(schema.tasks.outerjoin(
-                schema.revocations, schema.tasks.c.task_id == schema.revocations.c.task_id))
+            .select_from(
+                schema.tasks.outerjoin(
+                    schema.revocations, schema.tasks.c.task_id == schema.revocations.c.task_id
+                )
+            )
             .where(schema.revocations.c.task_id.is_(None), schema.tasks.c.expires_at > now)
         )
         async with self.engine.connect() as conn:
@@ -203,13 +225,20 @@ class Store:
         """Record the task's end; False when it had already ended (idempotent)."""
         try:
             async with self.engine.begin() as conn:
-                existing = (await conn.execute(
-                    select(schema.revocations.c.task_id)
-                    .where(schema.revocations.c.task_id == task_id))).first()
+                existing = (
+                    await conn.execute(
+                        select(schema.revocations.c.task_id).where(
+                            schema.revocations.c.task_id == task_id
+                        )
+                    )
+                ).first()
                 if existing is not None:
                     return False
-                await conn.execute(insert(schema.revocations).values(
-                    task_id=task_id, revoked_at=time.time(), reason=reason[:256]))
+                await conn.execute(
+                    insert(schema.revocations).values(
+                        task_id=task_id, revoked_at=time.time(), reason=reason[:256]
+                    )
+                )
         except SQLAlchemyError as exc:
             raise StorageError(f"revocation failed: {exc}") from exc
         return True
@@ -228,16 +257,32 @@ class Store:
 
     @staticmethod
     def evidence_row(
-        *, record_id: str, task_id: str, org_id: str, kind: str, record: Mapping[str, Any],
-        tool: str | None = None, door: str | None = None, status: str | None = None,
+        *,
+        record_id: str,
+        task_id: str,
+        org_id: str,
+        kind: str,
+        record: Mapping[str, Any],
+        tool: str | None = None,
+        door: str | None = None,
+        status: str | None = None,
         error_code: str | None = None,
     ) -> tuple[Any, dict[str, Any]]:
-        return (schema.evidence, {
-            "id": record_id, "task_id": task_id, "org_id": org_id, "kind": kind, "tool": tool,
-            "door": door, "status": status, "error_code": error_code,
-            "record": json.dumps(record, separators=(",", ":"), default=str),
-            "created_at": time.time(),
-        })
+        return (
+            schema.evidence,
+            {
+                "id": record_id,
+                "task_id": task_id,
+                "org_id": org_id,
+                "kind": kind,
+                "tool": tool,
+                "door": door,
+                "status": status,
+                "error_code": error_code,
+                "record": json.dumps(record, separators=(",", ":"), default=str),
+                "created_at": time.time(),
+            },
+        )
 
     async def evidence_for(
         self, org_id: str, task_id: str, *, after: int = 0, limit: int = 500
@@ -246,7 +291,8 @@ class Store:
         query = (
             select(ev.c.seq, ev.c.record)
             .where(ev.c.org_id == org_id, ev.c.task_id == task_id, ev.c.seq > after)
-            .order_by(ev.c.seq).limit(limit)
+            .order_by(ev.c.seq)
+            .limit(limit)
         )
         async with self.engine.connect() as conn:
             rows = (await conn.execute(query)).all()
@@ -262,7 +308,8 @@ class Store:
     async def idempotent_result(self, task_id: str, tool: str, key: str) -> str | None:
         idem = schema.idempotency
         query = select(idem.c.result).where(
-            idem.c.task_id == task_id, idem.c.tool == tool, idem.c.key == key)
+            idem.c.task_id == task_id, idem.c.tool == tool, idem.c.key == key
+        )
         async with self.engine.connect() as conn:
             row = (await conn.execute(query)).first()
         return None if row is None else str(row[0])
@@ -271,10 +318,17 @@ class Store:
     def idempotency_row(
         task_id: str, tool: str, key: str, call_id: str, result_json: str
     ) -> tuple[Any, dict[str, Any]]:
-        return (schema.idempotency, {
-            "task_id": task_id, "tool": tool, "key": key, "call_id": call_id,
-            "result": result_json, "created_at": time.time(),
-        })
+        return (
+            schema.idempotency,
+            {
+                "task_id": task_id,
+                "tool": tool,
+                "key": key,
+                "call_id": call_id,
+                "result": result_json,
+                "created_at": time.time(),
+            },
+        )
 
     # -- artifacts --------------------------------------------------------------------
 
@@ -286,15 +340,33 @@ class Store:
         path = self.data_dir / rel
         await asyncio.to_thread(_write_file, path, data)
         ref = ArtifactRef(
-            id=artifact_id, task_id=identity.task_id, org_id=identity.org_id, name=name[:256],
-            media_type=media_type, size=len(data), sha256=hashlib.sha256(data).hexdigest(),
+            id=artifact_id,
+            task_id=identity.task_id,
+            org_id=identity.org_id,
+            name=name[:256],
+            media_type=media_type,
+            size=len(data),
+            sha256=hashlib.sha256(data).hexdigest(),
             path=str(rel),
         )
-        await self.commit([(schema.artifacts, {
-            "id": ref.id, "task_id": ref.task_id, "org_id": ref.org_id, "name": ref.name,
-            "media_type": ref.media_type, "size": ref.size, "sha256": ref.sha256,
-            "path": ref.path, "created_at": time.time(),
-        })])
+        await self.commit(
+            [
+                (
+                    schema.artifacts,
+                    {
+                        "id": ref.id,
+                        "task_id": ref.task_id,
+                        "org_id": ref.org_id,
+                        "name": ref.name,
+                        "media_type": ref.media_type,
+                        "size": ref.size,
+                        "sha256": ref.sha256,
+                        "path": ref.path,
+                        "created_at": time.time(),
+                    },
+                )
+            ]
+        )
         return ref
 
     async def get_artifact(self, artifact_id: str) -> ArtifactRef:
@@ -304,8 +376,14 @@ class Store:
         if row is None:
             raise NotFound("no such artifact")
         return ArtifactRef(
-            id=row.id, task_id=row.task_id, org_id=row.org_id, name=row.name,
-            media_type=row.media_type, size=row.size, sha256=row.sha256, path=row.path,
+            id=row.id,
+            task_id=row.task_id,
+            org_id=row.org_id,
+            name=row.name,
+            media_type=row.media_type,
+            size=row.size,
+            sha256=row.sha256,
+            path=row.path,
         )
 
     async def read_artifact(self, ref: ArtifactRef) -> bytes:
