@@ -45,10 +45,19 @@ class Settings(BaseSettings):
     max_body_bytes: int = Field(default=1024 * 1024, ge=1024)
     example: bool = True
     example_port: int = Field(default=8001, ge=0, le=65535)
+    # MCP door: Host values (`name`, `name:port`, `name:*`, or `*`) and browser Origins it
+    # answers. Empty: the gateway's own host (public_url, else host:port) and loopback.
+    mcp_allowed_hosts: Annotated[list[str], NoDecode] = Field(default_factory=list)
+    mcp_allowed_origins: Annotated[list[str], NoDecode] = Field(default_factory=list)
 
     @field_validator("secret_keys", mode="before")
     @classmethod
     def _keys(cls, value: object) -> object:
+        return _split(value)
+
+    @field_validator("mcp_allowed_hosts", "mcp_allowed_origins", mode="before")
+    @classmethod
+    def _mcp_lists(cls, value: object) -> object:
         return _split(value)
 
     @field_validator("dashboard_origins", mode="before")
