@@ -38,6 +38,14 @@ class Settings(BaseSettings):
     browser_executable: str | None = None
     browser_ws_endpoint: str | None = None
     max_contexts: int = Field(default=32, ge=1)
+    # The task browser: Chromium processes in the pool, never-used contexts kept ready,
+    # how long an idle task's context lives, what it keeps as artifacts.
+    browser_processes: int = Field(default=1, ge=1, le=64)
+    browser_warm_contexts: int = Field(default=0, ge=0, le=64)
+    browser_idle_s: float = Field(default=300.0, gt=0)
+    browser_trace: bool = False
+    browser_screenshots: bool = False
+    browser_snapshot_max_chars: int = Field(default=24000, ge=1000, le=1_000_000)
     tab_token_ttl_s: int = Field(default=900, ge=1, le=3600)
     agent_token_ttl_s: int = Field(default=900, ge=1, le=3600)
     bridge_token_ttl_s: int = Field(default=900, ge=1, le=3600)
