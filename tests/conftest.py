@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -80,13 +81,12 @@ class Live:
         assert response.status_code == 200, response.text
 
 
-LiveFactory = Callable[..., Any]
+LiveFactory = Callable[..., contextlib.AbstractAsyncContextManager[Live]]
 
 
 @pytest.fixture
-def live_factory() -> Callable[..., Any]:
+def live_factory() -> LiveFactory:
     """Start gateways on demand: `async with live_factory(settings, setup=...) as live`."""
-    import contextlib
 
     @contextlib.asynccontextmanager
     async def start(

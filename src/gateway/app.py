@@ -11,6 +11,7 @@ from starlette.routing import BaseRoute
 from gateway.errors import GatewayError
 from gateway.http import health, tasks
 from gateway.http.edge import gateway_error_handler
+from gateway.mcp_door import install as mcp_door
 from gateway.runtime import Gateway
 from gateway.settings import Settings
 
@@ -19,7 +20,7 @@ Extension = Callable[[Gateway], Sequence[BaseRoute]]
 
 def default_extensions() -> list[Extension]:
     """The adapters a full gateway installs, in order (the core routes come first)."""
-    return [health.routes, tasks.routes]
+    return [health.routes, tasks.routes, mcp_door]
 
 
 def build_app(

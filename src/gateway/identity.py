@@ -6,7 +6,6 @@ caller afterwards: every call is authorized against the stored identity.
 
 from __future__ import annotations
 
-import re
 from datetime import UTC, datetime
 from typing import Annotated, Any
 
@@ -20,7 +19,10 @@ Name = Annotated[
 Scope = Annotated[
     str, StringConstraints(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9_.:*-]+$")
 ]
-_TOOL_PATTERN = re.compile(r"^[A-Za-z0-9_.-]{1,128}$|^[A-Za-z0-9_.-]{0,126}\.\*$")
+# An entry of a task's `allowed_tools`: an exact tool name, or a prefix ending in `.*`.
+ToolPattern = Annotated[
+    str, StringConstraints(pattern=r"^([A-Za-z0-9_.-]{1,128}|[A-Za-z0-9_.-]{0,126}\.\*)$")
+]
 
 
 class Actor(BaseModel):
@@ -76,20 +78,10 @@ class TaskIdentity(BaseModel):
     org_id: Name
     sandbox: Sandbox
     scopes: frozenset[Scope]
-    allowed_tools: tuple[str, ...] | None = None
+    allowed_tools: tuple[ToolPattern, ...] | None = None
     budget: Budget = Budget()
     created_at: datetime
     expires_at: datetime
-
-    @field_validator("allowed_tools")
-    @classmethod
-    def _tool_patterns(cls, values: tuple[str, ...] | None) -> tuple[str, ...] | None:
-        if values is None:
-            return None
-        for value in values:
-            if not _TOOL_PATTERN.match(value):
-                raise ValueError(f"{value!r} is neither a tool name nor a prefix ending in '.*'")
-        return values
 
     def may_use_tool(self, name: str) -> bool:
         """The task's `allowed_tools` narrowing (exact names or `prefix.*`); None allows all."""

@@ -13,6 +13,7 @@ import re
 from urllib.parse import urlsplit
 
 _DEFAULT_PORTS = {"http": 80, "https": 443}
+_NUMERIC_LABEL = re.compile(r"^(0x[0-9a-f]*|[0-9]+)$")
 _HOST_LABEL = re.compile(r"^(?!-)[a-z0-9-]{1,63}(?<!-)$")
 
 
@@ -29,13 +30,17 @@ def _check_host(host: str) -> str:
     if not host.isascii():
         raise OriginError(f"host {host!r} is not ASCII; give its IDNA (xn--) form")
     labels = host.split(".")
-    if all(label.isdigit() for label in labels):
-        # Only the canonical dotted quad is accepted: 2130706433, 0x7f.1 and 017.0.0.1
-        # are all ways to spell an address that a naive comparison would miss.
+    if _NUMERIC_LABEL.match(labels[-1]):
+        # A host whose last label is numeric is an IPv4 address to a browser (WHATWG URL),
+        # so only the canonical dotted quad is accepted: 2130706433, 0x7f.1 and 017.0.0.1
+        # all spell 127.0.0.1 in a way a plain string comparison would miss.
         try:
-            return str(ipaddress.IPv4Address(host))
+            canonical = str(ipaddress.IPv4Address(host))
         except ValueError as exc:
             raise OriginError(f"host {host!r} is not a canonical IPv4 address") from exc
+        if canonical != host:
+            raise OriginError(f"host {host!r} is not a canonical IPv4 address")
+        return canonical
     if any(not _HOST_LABEL.match(label) for label in labels):
         raise OriginError(f"host {host!r} is not a valid DNS name")
     return host

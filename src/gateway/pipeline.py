@@ -15,7 +15,7 @@ import json
 import logging
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
@@ -35,10 +35,15 @@ MAX_INPUT_BYTES = 256 * 1024
 
 
 @dataclass
+class _KeyLock:
+    lock: asyncio.Lock
+    holders: int = 0
+
+
+@dataclass
 class _TaskUsage:
     calls: int = 0
     side_effects: int = 0
-    locks: dict[tuple[str, str], asyncio.Lock] = field(default_factory=dict)
 
 
 def _jsonable(value: Any) -> Any:
@@ -64,6 +69,8 @@ class Pipeline:
         self.redactor = redactor
         self.metrics = metrics
         self._usage: dict[str, _TaskUsage] = {}
+        # One lock per (task, tool, idempotency key), dropped when no call holds or awaits it.
+        self._key_locks: dict[tuple[str, str, str], _KeyLock] = {}
 
     async def call(
         self,
@@ -79,6 +86,44 @@ class Pipeline:
     ) -> ToolResult:
         """Run one call to its terminal result. Never raises for a call-level failure."""
         call_id = call_id or new_id("call")
+        tool = self.registry.get(tool_name)
+        if tool is None or not tool.side_effects or not idempotency_key:
+            return await self._call(
+                identity, tool_name, raw_input, door, idempotency_key, progress, cancel, call_id
+            )
+        # Calls under one idempotency key run one at a time, and the lock is held until the
+        # first one's record is committed: a concurrent replay then finds it in the store.
+        key = (identity.task_id, tool.name, idempotency_key)
+        entry = self._key_locks.setdefault(key, _KeyLock(asyncio.Lock()))
+        entry.holders += 1
+        try:
+            async with entry.lock:
+                return await self._call(
+                    identity,
+                    tool_name,
+                    raw_input,
+                    door,
+                    idempotency_key,
+                    progress,
+                    cancel,
+                    call_id,
+                )
+        finally:
+            entry.holders -= 1
+            if entry.holders == 0:
+                del self._key_locks[key]
+
+    async def _call(
+        self,
+        identity: TaskIdentity,
+        tool_name: str,
+        raw_input: Any,
+        door: Door,
+        idempotency_key: str | None,
+        progress: ProgressFn | None,
+        cancel: asyncio.Event | None,
+        call_id: str,
+    ) -> ToolResult:
         started = time.time()
         t0 = time.perf_counter()
         tool = self.registry.get(tool_name)
@@ -114,39 +159,34 @@ class Pipeline:
                 services=self.services,
                 progress=progress,
             )
+            recorded = None
             if tool.side_effects and idempotency_key:
-                lock = usage.locks.setdefault((tool.name, idempotency_key), asyncio.Lock())
-                async with lock:
-                    recorded = await self.store.idempotent_result(
-                        identity.task_id, tool.name, idempotency_key
-                    )
-                    if recorded is not None:
-                        replayed = True
-                        prior = ToolResult.model_validate_json(recorded)
-                        status, output, error, truncated = (
-                            prior.status,
-                            prior.output,
-                            prior.error,
-                            prior.truncated,
-                        )
-                    else:
-                        output, truncated = await self._run(tool, context, args, cancel)
-                        # The idempotency record is committed with the call's evidence,
-                        # in the same transaction, before the result is returned.
-                        idem_row = self.store.idempotency_row(
-                            identity.task_id,
-                            tool.name,
-                            idempotency_key,
-                            call_id,
-                            ToolResult(
-                                call_id=call_id,
-                                tool=tool.name,
-                                status=status,
-                                output=output,
-                                truncated=truncated,
-                            ).model_dump_json(),
-                        )
-                        usage.side_effects += 1
+                recorded = await self.store.idempotent_result(
+                    identity.task_id, tool.name, idempotency_key
+                )
+            if recorded is not None:
+                replayed = True
+                prior = ToolResult.model_validate_json(recorded)
+                status, output, error = prior.status, prior.output, prior.error
+                truncated = prior.truncated
+            elif tool.side_effects and idempotency_key:
+                output, truncated = await self._run(tool, context, args, cancel)
+                usage.side_effects += 1
+                # Committed with the call's evidence, in one transaction, before the result
+                # is returned: a replay after a crash finds it or the call never answered.
+                idem_row = self.store.idempotency_row(
+                    identity.task_id,
+                    tool.name,
+                    idempotency_key,
+                    call_id,
+                    ToolResult(
+                        call_id=call_id,
+                        tool=tool.name,
+                        status=status,
+                        output=output,
+                        truncated=truncated,
+                    ).model_dump_json(),
+                )
             else:
                 output, truncated = await self._run(tool, context, args, cancel)
                 if tool.side_effects:

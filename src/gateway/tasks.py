@@ -20,7 +20,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from gateway.errors import AuthError, NotFound, TokenExpired, TokenRevoked
-from gateway.identity import Actor, Budget, Sandbox, Scope, TaskIdentity
+from gateway.identity import Actor, Budget, Sandbox, Scope, TaskIdentity, ToolPattern
 from gateway.store.database import Store, TaskRecord
 from gateway.tokens import Purpose, TokenClaims, TokenService
 
@@ -38,7 +38,7 @@ class TaskCreate(BaseModel):
     org_id: str = Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9_.:@-]+$")
     sandbox: Sandbox
     scopes: list[Scope] = Field(default_factory=list, max_length=256)
-    allowed_tools: list[str] | None = Field(default=None, max_length=1024)
+    allowed_tools: list[ToolPattern] | None = Field(default=None, max_length=1024)
     budget: Budget = Budget()
     ttl_s: int | None = Field(default=None, ge=1)
 

@@ -1,0 +1,93 @@
+"""Redaction never lets a planted secret through, whatever surrounds it."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
+
+from gateway.redaction import Redactor
+from gateway.tokens import Purpose, TokenService
+
+KNOWN_SECRET = "s3cr3t-value-9f8e7d6c5b4a"
+redactor = Redactor([KNOWN_SECRET], include_env=False)
+tokens = TokenService(["redaction-test-key-0123456789"])
+
+filler = st.text(
+    alphabet=st.characters(codec="utf-8", max_codepoint=0x2FFF), max_size=40
+)
+token_value = st.sampled_from(list(Purpose)).flatmap(
+    lambda p: st.text(alphabet="abcdef0123456789", min_size=4, max_size=12).map(
+        lambda task: tokens.mint(f"task_{task}", p, 600)[0]
+    )
+)
+planted = st.one_of(
+    token_value,
+    st.just(KNOWN_SECRET),
+    st.text(alphabet="abcdefABCDEF0123456789-_", min_size=12, max_size=40).map(
+        lambda v: f"Bearer {v}"
+    ),
+    st.text(alphabet="abcdef0123456789", min_size=8, max_size=30).map(
+        lambda v: f"Cookie: session={v}"
+    ),
+    st.text(alphabet="abcdefghij", min_size=1, max_size=12).map(lambda u: f"/home/{u}/notes.txt"),
+    st.text(alphabet="abcdefghij", min_size=1, max_size=12).map(lambda u: f"/root/{u}"),
+)
+
+
+def secret_core(value: str) -> str:
+    """The part of a planted value that must not survive."""
+    if value.startswith("Bearer "):
+        return value.removeprefix("Bearer ")
+    if value.startswith("Cookie: "):
+        return value.split("=", 1)[1]
+    return value
+
+
+@settings(max_examples=300, deadline=None)
+@given(before=filler, secret=planted, after=filler)
+def test_a_planted_secret_never_survives_in_text(before: str, secret: str, after: str) -> None:
+    assume(secret_core(secret) not in f"{before} {after}")
+    out = redactor.text(f"{before} {secret} {after}")
+    assert secret_core(secret) not in out
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    secret=planted,
+    shape=st.sampled_from(["value", "list", "nested", "key"]),
+    key=st.sampled_from(["note", "data", "token", "authorization", "x"]),
+)
+def test_a_planted_secret_never_survives_in_structures(secret: str, shape: str, key: str) -> None:
+    value: Any
+    if shape == "value":
+        value = {key: secret}
+    elif shape == "list":
+        value = {"items": ["a", secret, 3]}
+    elif shape == "nested":
+        value = {"a": {"b": [{"c": f"x {secret} y"}]}}
+    else:
+        value = {secret: "v"}
+    out = json.dumps(redactor.value(value))
+    assert secret_core(secret) not in out
+
+
+def test_secret_keys_are_blanked_whatever_their_value() -> None:
+    out = redactor.value({"api_key": "short", "password": "pw12", "headers": {"Cookie": "a=b"}})
+    assert out == {
+        "api_key": "[redacted]",
+        "password": "[redacted]",
+        "headers": {"Cookie": "[redacted]"},
+    }
+
+
+def test_relative_workspace_paths_and_plain_text_survive() -> None:
+    text = "edit src/app.py and README.md; the run took 12 s"
+    assert redactor.text(text) == text
+
+
+def test_env_secrets_are_known(monkeypatch: Any) -> None:
+    monkeypatch.setenv("SOME_SERVICE_TOKEN", "env-secret-xyz-123456")
+    assert "env-secret-xyz-123456" not in Redactor().text("value env-secret-xyz-123456 here")

@@ -1,0 +1,76 @@
+"""Tool declarations: names, bounds and the catalog an identity sees."""
+
+from __future__ import annotations
+
+import pytest
+from pydantic import BaseModel
+
+from gateway.identity import TaskIdentity
+from gateway.registry import Registry, Tool, ToolAnnotations, ToolContext
+from tests.core_fixtures import identity
+
+
+class Args(BaseModel):
+    path: str
+
+
+async def handler(_ctx: ToolContext, _args: Args) -> None:
+    return None
+
+
+@pytest.mark.parametrize("name", ["", "a b", "a/b", "ü", "x" * 129, "tool;drop"])
+def test_bad_tool_names_are_refused(name: str) -> None:
+    with pytest.raises(ValueError, match="tool name"):
+        Tool(name, "t", "d", Args, handler)
+
+
+def test_duplicate_names_are_refused() -> None:
+    registry = Registry([Tool("a.b", "t", "d", Args, handler)])
+    with pytest.raises(ValueError, match="already"):
+        registry.add(Tool("a.b", "t", "d", Args, handler))
+
+
+def test_catalog_entries_carry_schema_and_hints() -> None:
+    registry = Registry()
+
+    @registry.tool(
+        "files.read",
+        title="Read",
+        description="Read a file",
+        input_model=Args,
+        scopes=["files"],
+        annotations=ToolAnnotations(read_only=True),
+    )
+    async def read(_ctx: ToolContext, _args: Args) -> None:
+        return None
+
+    entry = registry.catalog(identity(scopes=["files"]))[0]
+    assert entry["name"] == "files.read"
+    assert entry["input_schema"]["required"] == ["path"]
+    assert entry["annotations"]["readOnlyHint"] is True
+    assert registry.catalog(identity(scopes=["other"])) == []
+
+
+def test_catalog_filters_by_role_scope_and_allowlist() -> None:
+    registry = Registry(
+        [
+            Tool("a.one", "t", "d", Args, handler, scopes=frozenset({"s"})),
+            Tool(
+                "a.admin",
+                "t",
+                "d",
+                Args,
+                handler,
+                scopes=frozenset({"s"}),
+                roles=frozenset({"admin"}),
+            ),
+            Tool("b.two", "t", "d", Args, handler, scopes=frozenset({"s"})),
+        ]
+    )
+
+    def names(ident: TaskIdentity) -> list[str]:
+        return [t["name"] for t in registry.catalog(ident)]
+
+    assert names(identity(scopes=["s"])) == ["a.admin", "a.one", "b.two"]
+    assert names(identity(scopes=["s"], role="member")) == ["a.one", "b.two"]
+    assert names(identity(scopes=["s"], allowed_tools=["a.*"])) == ["a.admin", "a.one"]
