@@ -1,0 +1,67 @@
+"""A task's catalog in MCP's words: registry entries as `tools/list` tools.
+
+The catalog is read from the registry on every `tools/list` (tools register while the
+gateway runs, and each identity sees its own); only the conversion of one unchanged
+entry is remembered.
+
+Hints, mapped from the registry's annotations:
+- `readOnlyHint`: the tool changes nothing.
+- `destructiveHint`: the tool's effect is consequential (hard to undo).
+- `idempotentHint`: the tool has no side effects, so calling it again changes nothing more.
+- `openWorldHint`: its output carries content from outside the product (a web page, a
+  file), which a model should not take as instructions.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import mcp_types as types
+
+from gateway.identity import TaskIdentity
+from gateway.registry import Registry
+
+
+def mcp_tool(entry: dict[str, Any]) -> types.Tool:
+    hints = entry.get("annotations", {})
+    return types.Tool(
+        name=entry["name"],
+        title=entry.get("title"),
+        description=entry.get("description"),
+        input_schema=entry["input_schema"],
+        annotations=types.ToolAnnotations(
+            title=entry.get("title"),
+            read_only_hint=bool(hints.get("readOnlyHint", False)),
+            destructive_hint=bool(hints.get("destructiveHint", False)),
+            idempotent_hint=not entry.get("side_effects", False),
+            open_world_hint=bool(hints.get("untrustedContentHint", False)),
+        ),
+    )
+
+
+class McpCatalog:
+    def __init__(self, registry: Registry) -> None:
+        self.registry = registry
+        # name -> (the registry entry it was made from, the MCP tool)
+        self._converted: dict[str, tuple[dict[str, Any], types.Tool]] = {}
+
+    def tools(self, identity: TaskIdentity) -> list[types.Tool]:
+        return [self._tool(entry) for entry in self.registry.catalog(identity)]
+
+    def _tool(self, entry: dict[str, Any]) -> types.Tool:
+        known = self._converted.get(entry["name"])
+        if known is not None and known[0] is entry:
+            return known[1]
+        tool = mcp_tool(entry)
+        self._converted[entry["name"]] = (entry, tool)
+        return tool
+
+    def input_schema(self, name: str) -> dict[str, Any] | None:
+        """A tool's schema by name, for the SDK's `Mcp-Param-*` header check (no identity)."""
+        tool = self.registry.get(name)
+        if tool is None:
+            return None
+        known = self._converted.get(name)
+        if known is not None:
+            return known[1].input_schema
+        return tool.input_schema()

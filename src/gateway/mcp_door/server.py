@@ -1,0 +1,131 @@
+"""The MCP server behind the door: `tools/list` and `tools/call` over the registry pipeline.
+
+Built on the SDK's low-level `Server`. Both handlers take the identity from the HTTP
+request that carried the message (put there by the bearer front), never from the message.
+
+`tools/call` runs `gw.pipeline.call(..., door=Door.MCP)`:
+- `_meta.idempotency_key` (a string) is passed on as the call's idempotency key;
+- when the client sent `_meta.progressToken`, the handler's progress reports become MCP
+  progress notifications on the call's own response stream;
+- when the client cancels (`notifications/cancelled` on a session, or closing the response
+  stream of a 2026 request) the SDK cancels this handler; the pipeline call runs in a task
+  of its own and is told through its cancel event, so the tool handler is cancelled (and
+  whatever UI action it waits on with it) and the call still ends in one recorded
+  `failed`/`cancelled` result.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import anyio
+import mcp_types as types
+from mcp.server.context import ServerRequestContext
+from mcp.server.lowlevel import Server
+
+from gateway.identity import TaskIdentity
+from gateway.mcp_door.bearer import identity_of
+from gateway.mcp_door.catalog import McpCatalog
+from gateway.mcp_door.rendering import render
+from gateway.registry import ProgressFn
+from gateway.results import Door, ToolResult
+from gateway.runtime import Gateway
+
+IDEMPOTENCY_META_KEY = "idempotency_key"
+MAX_IDEMPOTENCY_KEY = 200
+# How long a cancelled call may take to record its result before the handler lets go.
+CANCEL_GRACE_S = 5.0
+
+Context = ServerRequestContext[Any, Any]
+
+
+def idempotency_key(meta: dict[str, Any] | None) -> str | None:
+    value = (meta or {}).get(IDEMPOTENCY_META_KEY)
+    if isinstance(value, str) and 0 < len(value) <= MAX_IDEMPOTENCY_KEY:
+        return value
+    return None
+
+
+def progress_of(ctx: Context) -> ProgressFn | None:
+    if ctx.meta is None or ctx.meta.get("progress_token") is None:
+        return None
+    return ctx.session.report_progress
+
+
+async def call_until_cancelled(
+    gw: Gateway,
+    identity: TaskIdentity,
+    name: str,
+    arguments: dict[str, Any] | None,
+    *,
+    key: str | None,
+    progress: ProgressFn | None,
+) -> ToolResult:
+    cancel = asyncio.Event()
+    call = asyncio.ensure_future(
+        gw.pipeline.call(
+            identity,
+            name,
+            arguments,
+            door=Door.MCP,
+            idempotency_key=key,
+            progress=progress,
+            cancel=cancel,
+        )
+    )
+    try:
+        return await asyncio.shield(call)
+    except asyncio.CancelledError:
+        # Cancelled by the client (or the server stopping): the pipeline cancels the tool
+        # handler and records the call as cancelled; wait for that record, bounded.
+        cancel.set()
+        with anyio.CancelScope(shield=True), anyio.move_on_after(CANCEL_GRACE_S):
+            await asyncio.wait([call])
+        raise
+
+
+def build_server(gw: Gateway, catalog: McpCatalog) -> Server[Any]:
+    async def list_tools(
+        ctx: Context, _params: types.PaginatedRequestParams | None
+    ) -> types.ListToolsResult:
+        # Read fresh on every request: tools register while the gateway runs.
+        return types.ListToolsResult(tools=catalog.tools(identity_of(ctx.request)))
+
+    async def call_tool(ctx: Context, params: types.CallToolRequestParams) -> types.CallToolResult:
+        identity = identity_of(ctx.request)
+        meta = dict(params.meta) if params.meta else None
+        result = await call_until_cancelled(
+            gw,
+            identity,
+            params.name,
+            params.arguments,
+            key=idempotency_key(meta),
+            progress=progress_of(ctx),
+        )
+        return render(result)
+
+    server: Server[Any] = Server(
+        "gateway",
+        version=_version(),
+        instructions=(
+            "Tools of one task. The catalog is what this task may call; every call is "
+            "authorized again and recorded as evidence."
+        ),
+        get_tool_input_schema=catalog.input_schema,
+        on_list_tools=list_tools,
+        on_call_tool=call_tool,
+    )
+    # The SDK's tracing middleware is a no-op without an exporter, but still costs every
+    # message a span; the gateway has its own metrics and evidence.
+    server.middleware = []
+    return server
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("gateway")
+    except PackageNotFoundError:
+        return "0"

@@ -1,0 +1,104 @@
+"""The MCP sessions each task holds open, so that ending the task ends them too.
+
+Clients of the handshake protocol versions open a session (`Mcp-Session-Id`) that the
+SDK's session manager keeps until the client deletes it or it idles out. The SDK binds a
+session to the principal that opened it (here: the task), so no other task's token can
+use it; what it does not know is when a task ends. This registry notes each session as
+the manager creates it and, when the task ends, closes it the way a client would: a
+`DELETE` with that session id, under the task's principal, straight to the manager.
+Requests of the stateless 2026 protocol carry no session and need nothing here.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
+from starlette.datastructures import Headers
+from starlette.types import ASGIApp, Message, Scope, Send
+
+SESSION_HEADER = "mcp-session-id"
+
+log = logging.getLogger(__name__)
+
+
+class TaskSessions:
+    def __init__(self, manager_app: ASGIApp) -> None:
+        self._manager_app = manager_app
+        # session id -> (task id, the principal that opened it)
+        self._sessions: dict[str, tuple[str, AuthenticatedUser]] = {}
+
+    def open_for(self, task_id: str) -> list[str]:
+        return [sid for sid, (task, _) in self._sessions.items() if task == task_id]
+
+    def owner(self, session_id: str) -> str | None:
+        entry = self._sessions.get(session_id)
+        return entry[0] if entry else None
+
+    def watch(self, scope: Scope, task_id: str, user: AuthenticatedUser, send: Send) -> Send:
+        """Wrap `send` to note the session a response opens, or forget one that ended."""
+        requested = Headers(scope=scope).get(SESSION_HEADER)
+        method = scope.get("method")
+        if requested is None and method == "POST":
+            return self._noting(task_id, user, send)
+        if requested is not None and requested in self._sessions:
+            return self._forgetting(requested, method == "DELETE", send)
+        return send
+
+    def _noting(self, task_id: str, user: AuthenticatedUser, send: Send) -> Send:
+        async def noting(message: Message) -> None:
+            if message["type"] == "http.response.start" and message["status"] < 400:
+                opened = Headers(raw=message.get("headers", [])).get(SESSION_HEADER)
+                if opened is not None:
+                    self._sessions[opened] = (task_id, user)
+            await send(message)
+
+        return noting
+
+    def _forgetting(self, session_id: str, deleting: bool, send: Send) -> Send:
+        async def forgetting(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                status = message["status"]
+                # 404: the manager no longer knows it (idled out); 2xx on DELETE: closed.
+                if status == 404 or (deleting and status < 300):
+                    self._sessions.pop(session_id, None)
+            await send(message)
+
+        return forgetting
+
+    async def close_task(self, task_id: str, _reason: str = "") -> None:
+        """A task ended: close every session it opened (a `gw.tasks.on_end` listener)."""
+        for session_id in self.open_for(task_id):
+            await self.close(session_id)
+
+    async def close(self, session_id: str) -> None:
+        entry = self._sessions.pop(session_id, None)
+        if entry is None:
+            return
+        _task_id, user = entry
+        scope: Scope = {
+            "type": "http",
+            "asgi": {"version": "3.0"},
+            "http_version": "1.1",
+            "method": "DELETE",
+            "scheme": "http",
+            "path": "/v1/mcp",
+            "raw_path": b"/v1/mcp",
+            "root_path": "",
+            "query_string": b"",
+            "headers": [(SESSION_HEADER.encode(), session_id.encode())],
+            "client": None,
+            "server": None,
+            "user": user,
+        }
+        status: list[int] = []
+
+        async def receive() -> Message:
+            return {"type": "http.request", "body": b"", "more_body": False}
+
+        async def send(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                status.append(message["status"])
+
+        await self._manager_app(scope, receive, send)
+        log.info("closed MCP session %s…: %s", session_id[:8], status[0] if status else "-")
