@@ -1,0 +1,88 @@
+"""The door's Host/Origin policy, as a unit: exact names, explicit ports, no look-alikes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gateway.mcp_door.hosts import HostPolicy, MisdirectedHost, split_host
+from gateway.settings import Settings
+
+
+def policy(tmp_path: Path, **kwargs: Any) -> HostPolicy:
+    return HostPolicy.from_settings(
+        Settings.model_validate({"data_dir": tmp_path, "example": False, **kwargs})
+    )
+
+
+def test_defaults_are_the_gateways_own_host_and_loopback(tmp_path: Path) -> None:
+    p = policy(tmp_path, host="10.0.0.5", port=8000)
+    for host in ("10.0.0.5:8000", "127.0.0.1:8000", "127.0.0.1:51234", "localhost:3", "[::1]:9"):
+        assert p.host_allowed(host), host
+    refused: tuple[str | None, ...] = (
+        "10.0.0.5:8001",
+        "10.0.0.5",
+        "evil.example",
+        "127.0.0.1:80.evil.example",
+        "localhost.evil.example:80",
+        "127.0.0.1:x",
+        None,
+        "",
+    )
+    for value in refused:
+        assert not p.host_allowed(value), value
+
+
+def test_public_url_behind_a_proxy(tmp_path: Path) -> None:
+    p = policy(tmp_path, public_url="https://gateway.example.com")
+    assert p.host_allowed("gateway.example.com")
+    assert p.host_allowed("Gateway.Example.COM:443")
+    assert not p.host_allowed("gateway.example.com:8443")
+    assert p.origin_allowed("https://gateway.example.com")
+    assert not p.origin_allowed("https://example.com")
+
+
+def test_configured_hosts_replace_the_defaults(tmp_path: Path) -> None:
+    p = policy(tmp_path, mcp_allowed_hosts="mcp.internal:*, gw.example.com")
+    assert p.host_allowed("mcp.internal:9000")
+    assert p.host_allowed("gw.example.com")
+    assert not p.host_allowed("gw.example.com:8080")
+    assert not p.host_allowed("10.1.1.1:8000")
+    # Loopback is not added back silently: the list is the whole answer.
+    assert p.host_allowed("127.0.0.1:8000") is False
+
+
+def test_wildcards_switch_checks_off_explicitly(tmp_path: Path) -> None:
+    p = policy(tmp_path, mcp_allowed_hosts="*", mcp_allowed_origins="*")
+    assert p.host_allowed("anything.example:1")
+    assert p.origin_allowed("https://anything.example")
+
+
+def test_origins_are_compared_normalized(tmp_path: Path) -> None:
+    p = policy(tmp_path, mcp_allowed_origins="https://App.Example.com:443")
+    assert p.origin_allowed(None)
+    assert p.origin_allowed("https://app.example.com")
+    assert not p.origin_allowed("https://app.example.com.evil.example")
+    assert not p.origin_allowed("null")
+    with pytest.raises(MisdirectedHost):
+        p.check("evil.example", None)
+
+
+def test_bad_origin_setting_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="GATEWAY_MCP_ALLOWED_ORIGINS"):
+        policy(tmp_path, mcp_allowed_origins="javascript:alert(1)")
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        ("Example.com:8000", ("example.com", "8000")),
+        ("example.com", ("example.com", None)),
+        ("[::1]:8000", ("[::1]", "8000")),
+        ("[::1]", ("[::1]", None)),
+    ],
+)
+def test_split_host(value: str, expected: tuple[str, str | None]) -> None:
+    assert split_host(value) == expected
