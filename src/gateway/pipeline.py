@@ -374,6 +374,9 @@ class Pipeline:
             replayed=replayed,
         )
         duration = time.perf_counter() - t0
+        redact = self.redactor.value
+        # Identity fields were validated on the server when the task was created; what the
+        # caller or the handler supplied (name, input, output, errors, context) is redacted.
         record = {
             "call_id": call_id,
             "kind": "call",
@@ -381,28 +384,28 @@ class Pipeline:
             "org_id": identity.org_id,
             "actor": identity.actor.id,
             "role": identity.actor.role,
-            "tool": tool_name[:128],
+            "tool": redact(tool_name[:128]),
             "door": door.value,
             "status": status.value,
-            "error": error.model_dump(exclude_none=True) if error else None,
-            "input": input_for_record,
-            "output": output,
+            "error": redact(error.model_dump(exclude_none=True)) if error else None,
+            "input": redact(input_for_record),
+            "output": redact(output),
             "truncated": truncated,
             "replayed": replayed,
-            "idempotency_key": idempotency_key,
+            "idempotency_key": redact(idempotency_key),
             "started_at": started,
             "duration_ms": round(duration * 1000, 3),
         }
         if context is not None and context.evidence:
-            record["context"] = context.evidence
+            record["context"] = redact(context.evidence)
         rows = [
             self.store.evidence_row(
                 record_id=call_id,
                 task_id=identity.task_id,
                 org_id=identity.org_id,
                 kind="call",
-                record=self.redactor.value(record),
-                tool=tool_name[:128],
+                record=record,
+                tool=record["tool"],
                 door=door.value,
                 status=status.value,
                 error_code=error.code if error else None,

@@ -44,6 +44,15 @@ _HOST_PATH = re.compile(
 _SECRET_ENV = re.compile(r"(?i)(token|secret|password|passwd|key|cookie|credential|auth)")
 
 
+# One pass that finds whether any pattern could apply: most strings (ids, names, plain
+# prose) contain none, and skipping six substitutions for them keeps redaction off the
+# hot path of every call. Case-insensitive on purpose: a superset only costs a full pass.
+_TRIGGER = re.compile(
+    "|".join(f"(?:{p.pattern.removeprefix('(?i)')})" for p in [*_PATTERNS, _HOST_PATH]),
+    re.IGNORECASE,
+)
+
+
 class Redactor:
     """Redacts known secret values and secret-shaped text; built once per gateway."""
 
@@ -65,6 +74,8 @@ class Redactor:
         for secret in self._secrets:
             if secret in value:
                 value = value.replace(secret, REDACTED)
+        if not _TRIGGER.search(value):
+            return value
         for pattern in _PATTERNS:
             value = pattern.sub(REDACTED, value)
         return _HOST_PATH.sub(PATH_REDACTED, value)
@@ -77,7 +88,7 @@ class Redactor:
         if isinstance(value, Mapping):
             out: dict[str, Any] = {}
             for key, item in value.items():
-                skey = self.text(str(key))
+                skey = self.text(key if isinstance(key, str) else str(key))
                 out[skey] = (
                     REDACTED
                     if _SECRET_KEY.search(str(key)) and item not in (None, "", [], {})
