@@ -1,0 +1,230 @@
+"""The UI actions a task may ask its dashboard tab to perform: the whole allowlist.
+
+A model's output never becomes script, markup or a navigation URL. It can only become one of
+the five actions below, each a closed pydantic model whose every field is validated: names
+and ids by pattern, labels by a "no URL, no markup" rule, free text (instructions, summary,
+diff) only bounded, because the page shows it as text and never as HTML.
+
+The action's wire form is a JSON object with a `type` naming the action and its fields:
+`{"type": "open_view", "view": "agent_builder", "params": {"agent_id": "ag_1"}}`.
+
+`target_holds(action, view)` is the recheck the channel runs when the page moves to a new
+revision while an action aimed at the old one is still pending; the JS shim runs the same
+rule before it applies an action that arrived after a navigation.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    TypeAdapter,
+)
+
+from gateway.tabs.views import Views, unsafe_reason
+
+ACTION_TYPES = (
+    "open_view",
+    "populate_draft",
+    "show_run_progress",
+    "display_proposed_change",
+    "read_view",
+)
+
+
+def _safe_label(value: str) -> str:
+    reason = unsafe_reason(value)
+    if reason is not None:
+        raise ValueError(reason)
+    return value
+
+
+def _plain_text(value: str) -> str:
+    # Free text is shown as text; only NUL is refused (it truncates strings in some sinks).
+    if "\x00" in value:
+        raise ValueError("text must not contain NUL characters")
+    return value
+
+
+Identifier = Annotated[
+    str, StringConstraints(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9_.:@-]+$")
+]
+ToolName = Annotated[
+    str, StringConstraints(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9_.-]+$")
+]
+# A model name like "gpt-4.1", "anthropic/claude-x" or "local:llama-3"; no "//" and no
+# markup characters are possible by the pattern, and the label rule refuses pseudo-schemes.
+ModelName = Annotated[
+    str,
+    StringConstraints(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9_.:/@+-]+$"),
+    AfterValidator(_safe_label),
+]
+Label = Annotated[str, StringConstraints(min_length=1, max_length=200), AfterValidator(_safe_label)]
+Title = Annotated[
+    str,
+    StringConstraints(min_length=1, max_length=200, pattern=r"^[^\r\n]+$"),
+    AfterValidator(_plain_text),
+]
+Instructions = Annotated[str, StringConstraints(max_length=20_000), AfterValidator(_plain_text)]
+Summary = Annotated[str, StringConstraints(max_length=4_000), AfterValidator(_plain_text)]
+Diff = Annotated[str, StringConstraints(max_length=60_000), AfterValidator(_plain_text)]
+
+
+class _Action(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    def args(self) -> dict[str, Any]:
+        """What the page's handler receives: the fields without `type`."""
+        return self.model_dump(mode="json", exclude={"type"}, exclude_none=True)
+
+    def wire(self) -> dict[str, Any]:
+        return self.model_dump(mode="json", exclude_none=True)
+
+
+class OpenViewArgs(_Action):
+    """Navigate the dashboard to one of the views the host app registered."""
+
+    view: Identifier
+    params: dict[str, Any] = Field(default_factory=dict)
+
+
+class DraftFields(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: Label | None = None
+    instructions: Instructions | None = None
+    model: ModelName | None = None
+    tools: list[ToolName] | None = Field(default=None, max_length=64)
+
+
+class PopulateDraftArgs(_Action):
+    """Fill the agent builder's draft (never saves it: saving is a tool of the host app)."""
+
+    agent_id: Identifier | None = None
+    fields: DraftFields
+
+
+class ShowRunProgressArgs(_Action):
+    """Show the progress of an evaluation run."""
+
+    run_id: Identifier
+
+
+class DisplayProposedChangeArgs(_Action):
+    """Show a change for the user to review; every field is displayed as plain text."""
+
+    title: Title
+    summary: Summary = ""
+    diff: Diff = ""
+
+
+class ReadViewArgs(_Action):
+    """Ask the tab what it shows: `{view, params, revision, selection, available_actions}`."""
+
+
+# The actions themselves: the arguments plus the `type` that names them on the wire. The
+# `...Args` models are the inputs of the `ui.*` tools.
+class OpenView(OpenViewArgs):
+    type: Literal["open_view"] = "open_view"
+
+
+class PopulateDraft(PopulateDraftArgs):
+    type: Literal["populate_draft"] = "populate_draft"
+
+
+class ShowRunProgress(ShowRunProgressArgs):
+    type: Literal["show_run_progress"] = "show_run_progress"
+
+
+class DisplayProposedChange(DisplayProposedChangeArgs):
+    type: Literal["display_proposed_change"] = "display_proposed_change"
+
+
+class ReadView(ReadViewArgs):
+    type: Literal["read_view"] = "read_view"
+
+
+UIAction = Annotated[
+    OpenView | PopulateDraft | ShowRunProgress | DisplayProposedChange | ReadView,
+    Field(discriminator="type"),
+]
+_ACTION = TypeAdapter[UIAction](UIAction)
+
+
+def parse_action(raw: Any, views: Views) -> UIAction:
+    """Validate a wire action against the allowlist and, for `open_view`, the view's schema.
+
+    Raises `ValueError` (pydantic's `ValidationError` or a plain one) when it does not fit.
+    """
+    action = _ACTION.validate_python(raw)
+    if isinstance(action, OpenView):
+        params = views.validate(action.view, action.params)
+        action = OpenView(view=action.view, params=params)
+    return action
+
+
+def target_holds(action: UIAction, view: Mapping[str, Any]) -> bool:
+    """Whether an action aimed at an older revision still fits the page's current view.
+
+    `view` is what the tab reported: `{view, params, selection, available_actions?}`.
+    - an action the view no longer offers (its `available_actions` omits it) is stale;
+    - `populate_draft` for a given agent is stale once neither the view's params nor its
+      selection name that agent;
+    - `open_view` and `read_view` are absolute (they do not depend on where the page is);
+      progress and proposed changes are overlays that fit any view.
+    """
+    if isinstance(action, OpenView | ReadView):
+        return True
+    offered = view.get("available_actions")
+    if isinstance(offered, list | tuple) and action.type not in offered:
+        return False
+    if isinstance(action, PopulateDraft) and action.agent_id is not None:
+        return action.agent_id in _named_agents(view)
+    return True
+
+
+def _named_agents(view: Mapping[str, Any]) -> set[str]:
+    names: set[str] = set()
+    for part in ("params", "selection"):
+        value = view.get(part)
+        if isinstance(value, Mapping):
+            agent = value.get("agent_id")
+            if isinstance(agent, str):
+                names.add(agent)
+    return names
+
+
+__all__ = [
+    "ACTION_TYPES",
+    "DisplayProposedChange",
+    "DisplayProposedChangeArgs",
+    "DraftFields",
+    "OpenView",
+    "OpenViewArgs",
+    "PopulateDraft",
+    "PopulateDraftArgs",
+    "ReadView",
+    "ReadViewArgs",
+    "ShowRunProgress",
+    "ShowRunProgressArgs",
+    "UIAction",
+    "build_action",
+    "parse_action",
+    "target_holds",
+]
+
+
+def build_action(kind: str, args: BaseModel | Mapping[str, Any], views: Views) -> UIAction:
+    """The action `kind` with these arguments (a `...Args` model or a plain mapping)."""
+    fields = (
+        args.model_dump(mode="json", exclude_none=True)
+        if isinstance(args, BaseModel)
+        else dict(args)
+    )
+    return parse_action({**fields, "type": kind}, views)

@@ -1,0 +1,136 @@
+"""`WS /v1/tabs`: the Starlette websocket adapter around the tab channel.
+
+The handshake is refused (HTTP 403, before any accept) unless the `Origin` header is one of
+the configured dashboard origins: a page on any other site cannot ride the user's browser
+into the channel. The tab token comes in the first frame, a `hello`, within a few seconds;
+anything in the URL is ignored (a query string ends up in logs). After the hello, a reader
+loop hands every frame to the hub and a writer task sends what the hub queued, in order.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+
+from starlette.websockets import WebSocket, WebSocketDisconnect, WebSocketState
+
+from gateway.errors import AuthError
+from gateway.origins import OriginError, normalize_origin
+from gateway.tabs import frames
+from gateway.tabs.hub import CloseCommand, TabHub, TabLink, parse_hello
+from gateway.tokens import Purpose
+
+log = logging.getLogger(__name__)
+
+
+def origin_allowed(origin: str | None, allowed: list[str]) -> bool:
+    if not origin:
+        return False
+    try:
+        return normalize_origin(origin) in allowed
+    except OriginError:
+        return False
+
+
+async def _refuse(ws: WebSocket, hub: TabHub, reason: str, code: str, message: str) -> None:
+    hub.refuse(reason)
+    with contextlib.suppress(Exception):
+        await ws.send_text(json.dumps(frames.error(code, message)))
+        await ws.close(frames.CLOSE_POLICY, reason)
+
+
+async def _first_frame(ws: WebSocket, hub: TabHub) -> str | None:
+    try:
+        message = await asyncio.wait_for(ws.receive(), hub.config.hello_timeout_s)
+    except TimeoutError:
+        await _refuse(ws, hub, "hello_timeout", "invalid_frame", "no hello within the time allowed")
+        return None
+    if message["type"] == "websocket.disconnect":
+        return None
+    text = message.get("text")
+    if text is None:
+        await _refuse(ws, hub, "invalid_hello", "invalid_frame", "the hello must be JSON text")
+        return None
+    if len(text.encode()) > hub.config.limits.max_frame_bytes:
+        hub.refuse("too_large")
+        with contextlib.suppress(Exception):
+            await ws.close(frames.CLOSE_TOO_LARGE, "frame too large")
+        return None
+    return str(text)
+
+
+def endpoint(hub: TabHub) -> object:
+    gw = hub.gw
+
+    async def tabs(ws: WebSocket) -> None:
+        if not origin_allowed(ws.headers.get("origin"), gw.settings.dashboard_origins):
+            hub.refuse("origin")
+            # Closing before accept makes the server answer the handshake with 403.
+            await ws.close(frames.CLOSE_POLICY)
+            return
+        await ws.accept()
+        text = await _first_frame(ws, hub)
+        if text is None:
+            return
+        try:
+            hello = parse_hello(json.loads(text))
+        except (ValueError, RecursionError) as exc:
+            await _refuse(ws, hub, "invalid_hello", "invalid_frame", str(exc))
+            return
+        try:
+            identity, claims = await gw.tasks.authenticate_claims(hello.token, Purpose.TAB)
+        except AuthError as exc:
+            gw.metrics.auth_failures.labels(Purpose.TAB.value, str(exc.code)).inc()
+            await _refuse(ws, hub, "auth", str(exc.code), exc.message)
+            return
+        link = hub.attach(identity, hello, claims.expires_at)
+        writer = asyncio.create_task(_write(ws, link))
+        try:
+            await _read(ws, hub, link, writer)
+        finally:
+            hub.detach(link)
+            if not writer.done():
+                # Let the writer flush what the detach queued (a bye, a close), briefly.
+                link.outbox.put_nowait(CloseCommand(1000, "closed"))
+                with contextlib.suppress(TimeoutError, asyncio.CancelledError, Exception):
+                    await asyncio.wait_for(writer, 2)
+
+    return tabs
+
+
+async def _read(ws: WebSocket, hub: TabHub, link: TabLink, writer: asyncio.Task[None]) -> None:
+    while not writer.done():
+        receive = asyncio.ensure_future(ws.receive())
+        done, _ = await asyncio.wait({receive, writer}, return_when=asyncio.FIRST_COMPLETED)
+        if receive not in done:
+            receive.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await receive
+            return
+        try:
+            message = receive.result()
+        except (WebSocketDisconnect, RuntimeError):
+            return
+        if message["type"] == "websocket.disconnect":
+            return
+        data = message.get("text")
+        hub.receive(link, data if data is not None else message.get("bytes") or b"")
+
+
+async def _write(ws: WebSocket, link: TabLink) -> None:
+    """Send queued frames in order; a close command ends the connection."""
+    while True:
+        item = await link.outbox.get()
+        try:
+            if isinstance(item, CloseCommand):
+                if ws.client_state is WebSocketState.CONNECTED:
+                    await ws.close(item.code, item.reason)
+                return
+            await ws.send_text(json.dumps(item, separators=(",", ":")))
+        except (WebSocketDisconnect, RuntimeError, OSError):
+            return
+        except Exception:
+            log.exception("sending to a tab failed")
+            return

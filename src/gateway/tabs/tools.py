@@ -1,0 +1,103 @@
+"""The built-in `ui.*` tools (scope `ui`): one per UI action, each sends its action to the
+task's tab and returns the tab's reply, whichever door the call came in by."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel
+
+from gateway.errors import ToolFailure
+from gateway.registry import Registry, Tool, ToolAnnotations, ToolContext
+from gateway.results import ErrorCode, ToolStatus
+from gateway.tabs.actions import (
+    DisplayProposedChangeArgs,
+    OpenViewArgs,
+    PopulateDraftArgs,
+    ReadViewArgs,
+    ShowRunProgressArgs,
+)
+from gateway.tabs.hub import TabHub
+
+UI_SCOPE = "ui"
+# The tab gets a little less time than the tool, so a slow tab ends as the tab channel's
+# own `timeout` (and the page gets a `cancel`) rather than as the pipeline's deadline.
+TOOL_TIMEOUT_S = 30.0
+TAB_TIMEOUT_S = 25.0
+
+_TOOLS: tuple[tuple[str, str, str, type[BaseModel], ToolAnnotations, bool], ...] = (
+    (
+        "read_view",
+        "Read the current view",
+        "What the task's dashboard tab shows now: view, params, selection, revision and "
+        "the actions it offers.",
+        ReadViewArgs,
+        ToolAnnotations(read_only=True, untrusted_content=True),
+        False,
+    ),
+    (
+        "open_view",
+        "Open a view",
+        "Navigate the dashboard tab to one of the app's registered views, with params "
+        "checked against that view's schema.",
+        OpenViewArgs,
+        ToolAnnotations(),
+        False,
+    ),
+    (
+        "populate_draft",
+        "Populate the agent draft",
+        "Fill the agent builder's draft (name, instructions, model, tools) in the tab. "
+        "Nothing is saved.",
+        PopulateDraftArgs,
+        ToolAnnotations(),
+        False,
+    ),
+    (
+        "show_run_progress",
+        "Show run progress",
+        "Show the progress of an evaluation run in the dashboard tab.",
+        ShowRunProgressArgs,
+        ToolAnnotations(),
+        False,
+    ),
+    (
+        "display_proposed_change",
+        "Display a proposed change",
+        "Show a proposed change (title, summary, diff) to the user, as plain text.",
+        DisplayProposedChangeArgs,
+        ToolAnnotations(),
+        False,
+    ),
+)
+
+
+def _handler(kind: str) -> Any:
+    async def handle(ctx: ToolContext, args: BaseModel) -> dict[str, Any]:
+        hub = ctx.service(TabHub)
+        try:
+            action = hub.action(kind, args)
+        except ValueError as exc:
+            raise ToolFailure(ToolStatus.FAILED, ErrorCode.INVALID_INPUT, str(exc)[:500]) from None
+        outcome = await hub.send(ctx.identity, action, timeout_s=TAB_TIMEOUT_S)
+        ctx.evidence["tab"] = {"request_id": outcome.request_id, "action": kind}
+        return outcome.unwrap()
+
+    return handle
+
+
+def register_ui_tools(registry: Registry) -> None:
+    for kind, title, description, model, hints, side_effects in _TOOLS:
+        registry.add(
+            Tool(
+                name=f"ui.{kind}",
+                title=title,
+                description=description,
+                input_model=model,
+                handler=_handler(kind),
+                scopes=frozenset({UI_SCOPE}),
+                annotations=hints,
+                timeout_s=TOOL_TIMEOUT_S,
+                side_effects=side_effects,
+            )
+        )

@@ -1,0 +1,129 @@
+"""The views a host app lets the tab channel open, each with a schema for its params.
+
+The host registers its views once, at install time:
+
+    from gateway.tabs import Views
+    views = gw.services.get(Views)
+    views.register("agent_builder", AgentBuilderParams, "Agent builder")
+
+`open_view {view, params}` is accepted only for a registered view, with params that validate
+against its model. Every string inside params is a label, never free text: a URL with a
+scheme, a pseudo-scheme such as `javascript:`, or markup is refused wherever it appears.
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+
+VIEW_NAME = re.compile(r"^[A-Za-z0-9_.:@-]{1,128}$")
+
+# `scheme://` anywhere, a dangerous pseudo-scheme anywhere, a protocol-relative `//host`
+# at the start, or the opening of a tag/comment/doctype.
+_URL = re.compile(r"[a-z][a-z0-9+.\-]*://")
+_PSEUDO = re.compile(r"(javascript|vbscript|data|file|blob|filesystem):")
+_TAG = re.compile(r"<[a-z!/?]")
+MAX_PARAMS_DEPTH = 8
+
+
+def unsafe_reason(value: str) -> str | None:
+    """Why a label-like string may not travel in a UI action, or None when it may.
+
+    Browsers ignore tabs, newlines and other control characters inside schemes
+    (`java\\tscript:` works), so they are removed before the checks; case is folded too.
+    """
+    if any(unicodedata.category(ch) == "Cc" and ch not in "\t\n\r" for ch in value):
+        return "control characters are not allowed"
+    folded = "".join(ch for ch in value if not ch.isspace()).lower()
+    if _URL.search(folded) or folded.startswith("//") or folded.startswith("\\\\"):
+        return "a URL is not allowed here"
+    if _PSEUDO.search(folded):
+        return "a script or data URL is not allowed here"
+    if _TAG.search(value.lower()):
+        return "markup is not allowed here"
+    return None
+
+
+def check_labels(value: Any, *, depth: int = 0, where: str = "params") -> None:
+    """Refuse unsafe strings anywhere in a JSON value (keys included)."""
+    if depth > MAX_PARAMS_DEPTH:
+        raise ValueError(f"{where} is nested too deeply")
+    if isinstance(value, str):
+        reason = unsafe_reason(value)
+        if reason is not None:
+            raise ValueError(f"{where}: {reason}")
+    elif isinstance(value, Mapping):
+        for key, item in value.items():
+            check_labels(str(key), depth=depth + 1, where=where)
+            check_labels(item, depth=depth + 1, where=f"{where}.{key}")
+    elif isinstance(value, list | tuple):
+        for index, item in enumerate(value):
+            check_labels(item, depth=depth + 1, where=f"{where}[{index}]")
+
+
+@dataclass(frozen=True)
+class View:
+    name: str
+    params_model: type[BaseModel]
+    title: str
+
+    def describe(self) -> dict[str, Any]:
+        """The view as the `welcome` frame lists it."""
+        return {
+            "name": self.name,
+            "title": self.title,
+            "params_schema": self.params_model.model_json_schema(),
+        }
+
+
+class Views:
+    """The registered views of the host app (a service: `gw.services.get(Views)`)."""
+
+    def __init__(self) -> None:
+        self._views: dict[str, View] = {}
+
+    def register(self, name: str, params_model: type[BaseModel], title: str) -> View:
+        if not VIEW_NAME.match(name):
+            raise ValueError(f"view name {name!r} must be 1 to 128 of [A-Za-z0-9_.:@-]")
+        if name in self._views:
+            raise ValueError(f"view {name!r} is already registered")
+        reason = unsafe_reason(title)
+        if reason is not None or not title:
+            raise ValueError(f"view title {title!r}: {reason or 'must not be empty'}")
+        view = View(name, params_model, title)
+        self._views[name] = view
+        return view
+
+    def get(self, name: str) -> View | None:
+        return self._views.get(name)
+
+    def __iter__(self) -> Iterator[View]:
+        return iter(self._views.values())
+
+    def __len__(self) -> int:
+        return len(self._views)
+
+    def describe(self) -> list[dict[str, Any]]:
+        return [view.describe() for view in sorted(self, key=lambda v: v.name)]
+
+    def validate(self, name: str, params: Any) -> dict[str, Any]:
+        """Params for `open_view` of this view, validated; raises ValueError otherwise."""
+        view = self._views.get(name)
+        if view is None:
+            raise ValueError(f"no view named {name!r} is registered")
+        check_labels(params)
+        try:
+            model = view.params_model.model_validate(params)
+        except ValidationError as exc:
+            raise ValueError(
+                f"params do not match view {name!r}: {exc.error_count()} errors"
+            ) from None
+        dumped = model.model_dump(mode="json", exclude_none=True)
+        # A model may add defaults or coerce values; the result must be as safe as the input.
+        check_labels(dumped)
+        return dumped
