@@ -335,3 +335,22 @@ async def test_evidence_reads_are_scoped_by_owner(env: tuple[Gateway, Calls]) ->
     await gw.pipeline.call(a, "t.echo", {"text": "x"}, door=Door.MCP)
     assert await gw.store.evidence_for("org_b", a.task_id) == []
     assert len(await gw.store.evidence_for("org_a", a.task_id)) == 1
+
+
+async def test_the_budget_survives_a_restart(settings: Settings) -> None:
+    calls = Calls()
+    async for gw in started(settings):
+        install_tools(gw, calls)
+        ident, _ = await new_task(gw, budget=Budget(max_calls=2, max_side_effects=1))
+        await gw.pipeline.call(ident, "t.side", {"text": "a"}, door=Door.MCP)
+        await gw.pipeline.call(ident, "t.nope", {}, door=Door.MCP)  # not charged: unknown
+    async for gw in started(settings):
+        install_tools(gw, calls)
+        second_side = await gw.pipeline.call(ident, "t.side", {"text": "b"}, door=Door.MCP)
+        assert second_side.error is not None
+        assert second_side.error.code == "budget_exceeded"
+        assert (await gw.pipeline.call(ident, "t.echo", {"text": "x"}, door=Door.MCP)).ok
+        last = await gw.pipeline.call(ident, "t.echo", {"text": "x"}, door=Door.MCP)
+        assert last.error is not None
+        assert last.error.code == "budget_exceeded"
+    assert calls.count == 1

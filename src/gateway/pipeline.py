@@ -15,7 +15,7 @@ import json
 import logging
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
@@ -38,6 +38,40 @@ MAX_INPUT_BYTES = 256 * 1024
 class _KeyLock:
     lock: asyncio.Lock
     holders: int = 0
+
+
+@dataclass
+class _Call:
+    """The state of one call on its way to its terminal result."""
+
+    identity: TaskIdentity
+    tool_name: str
+    door: Door
+    call_id: str
+    idempotency_key: str | None
+    input: Any
+    started: float = field(default_factory=time.time)
+    t0: float = field(default_factory=time.perf_counter)
+    status: ToolStatus = ToolStatus.SUCCEEDED
+    output: Any = None
+    error: ToolError | None = None
+    truncated: bool = False
+    replayed: bool = False
+    charged: bool = False  # counted against the task's call budget
+    side_effect: bool = False  # counted against its side-effect budget
+    context: ToolContext | None = None
+    idempotency_row: tuple[Any, dict[str, Any]] | None = None
+
+    def result(self) -> ToolResult:
+        return ToolResult(
+            call_id=self.call_id,
+            tool=self.tool_name,
+            status=self.status,
+            output=self.output,
+            error=self.error,
+            truncated=self.truncated,
+            replayed=self.replayed,
+        )
 
 
 @dataclass
@@ -124,17 +158,8 @@ class Pipeline:
         cancel: asyncio.Event | None,
         call_id: str,
     ) -> ToolResult:
-        started = time.time()
-        t0 = time.perf_counter()
+        call = _Call(identity, tool_name, door, call_id, idempotency_key, raw_input)
         tool = self.registry.get(tool_name)
-        context: ToolContext | None = None
-        replayed = False
-        output: Any = None
-        truncated = False
-        error: ToolError | None = None
-        status = ToolStatus.SUCCEEDED
-        idem_row: tuple[Any, dict[str, Any]] | None = None
-        input_for_record: Any = raw_input
         try:
             if tool is None:
                 raise ToolFailure(
@@ -147,11 +172,12 @@ class Pipeline:
                 raise ToolFailure(
                     ToolStatus.DENIED, ErrorCode.FORBIDDEN, f"this task may not call {tool.name!r}"
                 )
-            usage = self._usage.setdefault(identity.task_id, _TaskUsage())
+            usage = await self._usage_of(identity.task_id)
             self._charge_budget(identity, tool, usage)
+            call.charged = True
             args = self._validate(tool, raw_input)
-            input_for_record = args.model_dump(mode="json")
-            context = ToolContext(
+            call.input = args.model_dump(mode="json")
+            call.context = ToolContext(
                 identity=identity,
                 call_id=call_id,
                 tool=tool,
@@ -159,82 +185,43 @@ class Pipeline:
                 services=self.services,
                 progress=progress,
             )
-            recorded = None
-            if tool.side_effects and idempotency_key:
-                recorded = await self.store.idempotent_result(
-                    identity.task_id, tool.name, idempotency_key
-                )
+            keyed = tool.side_effects and idempotency_key is not None
+            recorded = (
+                await self.store.idempotent_result(identity.task_id, tool.name, idempotency_key)
+                if keyed and idempotency_key is not None
+                else None
+            )
             if recorded is not None:
-                replayed = True
                 prior = ToolResult.model_validate_json(recorded)
-                status, output, error = prior.status, prior.output, prior.error
-                truncated = prior.truncated
-            elif tool.side_effects and idempotency_key:
-                output, truncated = await self._run(tool, context, args, cancel)
-                usage.side_effects += 1
-                # Committed with the call's evidence, in one transaction, before the result
-                # is returned: a replay after a crash finds it or the call never answered.
-                idem_row = self.store.idempotency_row(
-                    identity.task_id,
-                    tool.name,
-                    idempotency_key,
-                    call_id,
-                    ToolResult(
-                        call_id=call_id,
-                        tool=tool.name,
-                        status=status,
-                        output=output,
-                        truncated=truncated,
-                    ).model_dump_json(),
-                )
+                call.replayed = True
+                call.status, call.output, call.error = prior.status, prior.output, prior.error
+                call.truncated = prior.truncated
             else:
-                output, truncated = await self._run(tool, context, args, cancel)
-                if tool.side_effects:
-                    usage.side_effects += 1
+                call.side_effect = tool.side_effects
+                usage.side_effects += int(tool.side_effects)
+                call.output, call.truncated = await self._run(tool, call.context, args, cancel)
+                if keyed and idempotency_key is not None:
+                    # Committed with the call's evidence, in one transaction, before the
+                    # result is returned: after a crash a replay finds it, or the call
+                    # was never answered.
+                    call.idempotency_row = self.store.idempotency_row(
+                        identity.task_id,
+                        tool.name,
+                        idempotency_key,
+                        call_id,
+                        call.result().model_dump_json(),
+                    )
         except GatewayError as exc:
-            status, error = exc.tool_status, exc.to_tool_error()
+            call.status, call.error = exc.tool_status, exc.to_tool_error()
         except asyncio.CancelledError:
             # The caller went away: the call still ends in one recorded terminal result.
-            status = ToolStatus.FAILED
-            error = ToolError(code=ErrorCode.CANCELLED, message="the caller cancelled the call")
-            await asyncio.shield(
-                self._finish(
-                    identity,
-                    tool_name,
-                    door,
-                    call_id,
-                    started,
-                    t0,
-                    status,
-                    None,
-                    error,
-                    False,
-                    False,
-                    input_for_record,
-                    idempotency_key,
-                    None,
-                    context,
-                )
+            call.status, call.output = ToolStatus.FAILED, None
+            call.error = ToolError(
+                code=ErrorCode.CANCELLED, message="the caller cancelled the call"
             )
+            await asyncio.shield(self._finish(call))
             raise
-        result = await self._finish(
-            identity,
-            tool_name,
-            door,
-            call_id,
-            started,
-            t0,
-            status,
-            output,
-            error,
-            truncated,
-            replayed,
-            input_for_record,
-            idempotency_key,
-            idem_row,
-            context,
-        )
-        return result
+        return await self._finish(call)
 
     async def _check_task(self, identity: TaskIdentity) -> None:
         record = await self.tasks.record(identity.task_id)
@@ -346,87 +333,75 @@ class Pipeline:
             ) from exc
         return bound_output(value, tool.max_output_bytes)
 
-    async def _finish(
-        self,
-        identity: TaskIdentity,
-        tool_name: str,
-        door: Door,
-        call_id: str,
-        started: float,
-        t0: float,
-        status: ToolStatus,
-        output: Any,
-        error: ToolError | None,
-        truncated: bool,
-        replayed: bool,
-        input_for_record: Any,
-        idempotency_key: str | None,
-        idem_row: tuple[Any, dict[str, Any]] | None,
-        context: ToolContext | None,
-    ) -> ToolResult:
-        result = ToolResult(
-            call_id=call_id,
-            tool=tool_name,
-            status=status,
-            output=output,
-            error=error,
-            truncated=truncated,
-            replayed=replayed,
-        )
-        duration = time.perf_counter() - t0
+    async def _finish(self, call: _Call) -> ToolResult:
+        result = call.result()
+        duration = time.perf_counter() - call.t0
         redact = self.redactor.value
         # Identity fields were validated on the server when the task was created; what the
         # caller or the handler supplied (name, input, output, errors, context) is redacted.
+        identity, error = call.identity, call.error
         record = {
-            "call_id": call_id,
+            "call_id": call.call_id,
             "kind": "call",
             "task_id": identity.task_id,
             "org_id": identity.org_id,
             "actor": identity.actor.id,
             "role": identity.actor.role,
-            "tool": redact(tool_name[:128]),
-            "door": door.value,
-            "status": status.value,
+            "tool": redact(call.tool_name[:128]),
+            "door": call.door.value,
+            "status": call.status.value,
             "error": redact(error.model_dump(exclude_none=True)) if error else None,
-            "input": redact(input_for_record),
-            "output": redact(output),
-            "truncated": truncated,
-            "replayed": replayed,
-            "idempotency_key": redact(idempotency_key),
-            "started_at": started,
+            "input": redact(call.input),
+            "output": redact(call.output),
+            "truncated": call.truncated,
+            "replayed": call.replayed,
+            "idempotency_key": redact(call.idempotency_key),
+            "started_at": call.started,
             "duration_ms": round(duration * 1000, 3),
         }
-        if context is not None and context.evidence:
-            record["context"] = redact(context.evidence)
+        if call.context is not None and call.context.evidence:
+            record["context"] = redact(call.context.evidence)
         rows = [
             self.store.evidence_row(
-                record_id=call_id,
+                record_id=call.call_id,
                 task_id=identity.task_id,
                 org_id=identity.org_id,
                 kind="call",
                 record=record,
                 tool=record["tool"],
-                door=door.value,
-                status=status.value,
+                door=call.door.value,
+                status=call.status.value,
                 error_code=error.code if error else None,
+                charged=call.charged,
+                side_effect=call.side_effect,
             )
         ]
-        if idem_row is not None:
-            rows.append(idem_row)
+        if call.idempotency_row is not None:
+            rows.append(call.idempotency_row)
         try:
             await self.store.commit(rows)
         except StorageError as exc:
             self.metrics.storage_failures.inc()
             result = ToolResult(
-                call_id=call_id, tool=tool_name, status=ToolStatus.FAILED, error=exc.to_tool_error()
+                call_id=call.call_id,
+                tool=call.tool_name,
+                status=ToolStatus.FAILED,
+                error=exc.to_tool_error(),
             )
+        known = self.registry.get(call.tool_name) is not None
         self.metrics.calls.labels(
-            tool_name[:128] if self.registry.get(tool_name) else "-",
-            door.value,
-            result.status.value,
+            call.tool_name if known else "-", call.door.value, result.status.value
         ).inc()
-        self.metrics.call_seconds.labels(door.value).observe(duration)
+        self.metrics.call_seconds.labels(call.door.value).observe(duration)
         return result
+
+    async def _usage_of(self, task_id: str) -> _TaskUsage:
+        usage = self._usage.get(task_id)
+        if usage is None:
+            # After a restart the budget goes on from what the evidence says was spent.
+            calls, side_effects = await self.store.usage(task_id)
+            usage = self._usage.setdefault(task_id, _TaskUsage(calls, side_effects))
+        return usage
 
     async def record_event(self, identity: TaskIdentity, kind: str, data: Mapping[str, Any]) -> str:
         """Evidence that is not a call: a rejected frame, a blocked navigation..."""

@@ -355,6 +355,8 @@ class Store:
         door: str | None = None,
         status: str | None = None,
         error_code: str | None = None,
+        charged: bool = False,
+        side_effect: bool = False,
     ) -> tuple[Any, dict[str, Any]]:
         return (
             schema.evidence,
@@ -367,10 +369,22 @@ class Store:
                 "door": door,
                 "status": status,
                 "error_code": error_code,
+                "charged": int(charged),
+                "side_effect": int(side_effect),
                 "record": json.dumps(record, separators=(",", ":"), default=str),
                 "created_at": time.time(),
             },
         )
+
+    async def usage(self, task_id: str) -> tuple[int, int]:
+        """Calls and side effects a task has spent, as its evidence records them."""
+        ev = schema.evidence
+        query = select(
+            func.coalesce(func.sum(ev.c.charged), 0), func.coalesce(func.sum(ev.c.side_effect), 0)
+        ).where(ev.c.task_id == task_id)
+        async with self.engine.connect() as conn:
+            row = (await conn.execute(query)).one()
+        return int(row[0]), int(row[1])
 
     async def evidence_for(
         self, org_id: str, task_id: str, *, after: int = 0, limit: int = 500

@@ -49,6 +49,9 @@ evidence = Table(
     Column("door", String(32)),
     Column("status", String(32)),
     Column("error_code", String(64)),
+    # What the record spent of the task's budget, summed to restore it after a restart.
+    Column("charged", Integer, nullable=False, default=0),
+    Column("side_effect", Integer, nullable=False, default=0),
     Column("record", Text, nullable=False),  # redacted JSON
     Column("created_at", Float, nullable=False),
     Index("ix_evidence_owner", "org_id", "task_id", "seq"),
