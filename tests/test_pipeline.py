@@ -353,4 +353,4 @@ async def test_the_budget_survives_a_restart(settings: Settings) -> None:
         last = await gw.pipeline.call(ident, "t.echo", {"text": "x"}, door=Door.MCP)
         assert last.error is not None
         assert last.error.code == "budget_exceeded"
-    assert calls.count == 1
+    assert calls.count == 2  # t.side once, t.echo once
