@@ -15,9 +15,7 @@ KNOWN_SECRET = "s3cr3t-value-9f8e7d6c5b4a"
 redactor = Redactor([KNOWN_SECRET], include_env=False)
 tokens = TokenService(["redaction-test-key-0123456789"])
 
-filler = st.text(
-    alphabet=st.characters(codec="utf-8", max_codepoint=0x2FFF), max_size=40
-)
+filler = st.text(alphabet=st.characters(codec="utf-8", max_codepoint=0x2FFF), max_size=40)
 token_value = st.sampled_from(list(Purpose)).flatmap(
     lambda p: st.text(alphabet="abcdef0123456789", min_size=4, max_size=12).map(
         lambda task: tokens.mint(f"task_{task}", p, 600)[0]
