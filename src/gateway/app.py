@@ -14,13 +14,14 @@ from gateway.http.edge import gateway_error_handler
 from gateway.mcp_door import install as mcp_door
 from gateway.runtime import Gateway
 from gateway.settings import Settings
+from gateway.tabs import install as tabs
 
 Extension = Callable[[Gateway], Sequence[BaseRoute]]
 
 
 def default_extensions() -> list[Extension]:
     """The adapters a full gateway installs, in order (the core routes come first)."""
-    return [health.routes, tasks.routes, mcp_door]
+    return [health.routes, tasks.routes, tabs, mcp_door]
 
 
 def build_app(
