@@ -78,3 +78,21 @@ async def test_restart_over_http_keeps_ended_tasks_ended(
         assert response.json()["error"]["code"] == "revoked"
         status = await live.http.get(f"/v1/tasks/{task['task_id']}", headers=live.control)
         assert status.json()["status"] == "ended"
+
+
+async def test_expiry_is_announced_once_to_listeners(gw: Gateway) -> None:
+    identity, _ = await new_task(gw)
+    other, _ = await new_task(gw)
+    heard: list[tuple[str, str]] = []
+
+    async def listener(task_id: str, reason: str) -> None:
+        heard.append((task_id, reason))
+
+    gw.tasks.on_end(listener)
+    now = identity.expires_at.timestamp() + 1
+    gw.tasks._clock = lambda: now
+    assert sorted(await gw.tasks.sweep()) == sorted([identity.task_id, other.task_id])
+    assert await gw.tasks.sweep() == []
+    assert sorted(heard) == sorted([(identity.task_id, "expired"), (other.task_id, "expired")])
+    record = await gw.tasks.get(identity.task_id)
+    assert gw.tasks.status_of(record) == "expired"

@@ -7,6 +7,7 @@ ends, adds start/stop hooks, and returns its routes.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 from collections.abc import Awaitable, Callable
@@ -59,6 +60,8 @@ class Gateway:
         self._shutdown: list[Hook] = []
         self._contexts: list[Callable[[], AbstractAsyncContextManager[Any]]] = []
         self._stack: contextlib.AsyncExitStack | None = None
+        self._sweeper: asyncio.Task[None] | None = None
+        self.sweep_interval_s = 2.0  # how soon an expired task's tab and browser are let go
         # Extra fields of `POST /v1/tasks`' answer, e.g. `parent_tool_bridge`.
         self.task_extras: dict[str, TaskExtra] = {}
         # Extra fields of `GET /v1/tasks/{id}`, e.g. `tab` and `browser` state.
@@ -82,8 +85,22 @@ class Gateway:
             await self._stack.enter_async_context(factory())
         for hook in self._startup:
             await hook()
+        self._sweeper = asyncio.create_task(self._sweep_loop(), name="task-sweeper")
+
+    async def _sweep_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.sweep_interval_s)
+            try:
+                await self.tasks.sweep()
+            except Exception:
+                log.exception("the task sweep failed")
 
     async def stop(self) -> None:
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._sweeper
+            self._sweeper = None
         if self._stack is not None:
             await self._stack.aclose()
             self._stack = None

@@ -62,6 +62,8 @@ class TaskService:
         # is written here in the same step as in the store, so a hit is as good as a read.
         self._cache: dict[str, TaskRecord] = {}
         self._end_listeners: list[EndListener] = []
+        self._expired: set[str] = set()  # expiries already announced to listeners
+        self._forget_after_s = 3600.0
 
     async def load(self) -> None:
         """Warm the cache with the tasks that are still live (after a restart)."""
@@ -75,6 +77,27 @@ class TaskService:
             for r in self._cache.values()
             if r.revoked_at is None and now < r.identity.expires_at.timestamp()
         )
+
+    async def sweep(self) -> list[str]:
+        """Tell listeners about tasks that expired since the last sweep; forget stale ones.
+
+        An expired task ends like an ended one for everything that holds resources for it
+        (tab channels, browser contexts). Entries are dropped from the cache once no token
+        of theirs can verify any more; a later lookup reads the store again.
+        """
+        now = self._clock()
+        newly_expired = []
+        for task_id, record in list(self._cache.items()):
+            expires = record.identity.expires_at.timestamp()
+            if record.revoked_at is None and now >= expires and task_id not in self._expired:
+                self._expired.add(task_id)
+                newly_expired.append(task_id)
+            if now >= expires + self._forget_after_s:
+                del self._cache[task_id]
+                self._expired.discard(task_id)
+        for task_id in newly_expired:
+            await self._notify_end(task_id, "expired")
+        return newly_expired
 
     def on_end(self, listener: EndListener) -> None:
         self._end_listeners.append(listener)
