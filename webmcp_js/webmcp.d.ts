@@ -1,0 +1,108 @@
+// Types of webmcp.js, the gateway's tab channel and WebMCP shim.
+
+export type ActionType =
+  | "open_view"
+  | "populate_draft"
+  | "show_run_progress"
+  | "display_proposed_change"
+  | "read_view";
+
+export interface OpenViewArgs { view: string; params: Record<string, unknown>; }
+export interface PopulateDraftArgs {
+  agent_id?: string;
+  fields: { name?: string; instructions?: string; model?: string; tools?: string[] };
+}
+export interface ShowRunProgressArgs { run_id: string; }
+/** Free text: display with textContent, never innerHTML. */
+export interface DisplayProposedChangeArgs { title: string; summary?: string; diff?: string; }
+
+export interface HandlerContext {
+  /** The gateway's request id. */
+  id: string;
+  /** Aborted when the gateway cancels the request (reason "timeout", "cancelled", "stale_target"). */
+  signal: AbortSignal;
+  /** The page's revision when the handler was called. */
+  revision: number;
+}
+
+type Handler<A> = (args: A, context: HandlerContext) => unknown | Promise<unknown>;
+
+export interface ActionHandlers {
+  open_view?: Handler<OpenViewArgs>;
+  populate_draft?: Handler<PopulateDraftArgs>;
+  show_run_progress?: Handler<ShowRunProgressArgs>;
+  display_proposed_change?: Handler<DisplayProposedChangeArgs>;
+}
+
+export interface ViewState {
+  view: string | null;
+  params?: Record<string, unknown>;
+  selection?: Record<string, unknown>;
+  /** Actions this view offers; an action aimed at an older revision that is not listed is stale. */
+  available_actions?: ActionType[];
+}
+
+export interface ConnectOptions {
+  /** The gateway's base URL; the shim derives ws(s)://…/v1/tabs from it. */
+  gateway: string;
+  /** The task's tab token, from the host page's own backend. Sent in the first frame only. */
+  token: string;
+  /** Defaults to a per-tab id kept in sessionStorage. */
+  tabId?: string;
+  actions?: ActionHandlers;
+  /** The current view, for read_view and the target recheck. */
+  view?: () => ViewState;
+  /** Register the catalog as WebMCP tools (default true). */
+  webmcp?: boolean;
+}
+
+export interface ToolError { code: string; message: string; retryable?: boolean; details?: unknown; }
+
+export interface ToolResult {
+  call_id?: string;
+  tool: string;
+  status: "succeeded" | "denied" | "unavailable" | "timeout" | "failed";
+  output?: unknown;
+  error?: ToolError;
+  truncated?: boolean;
+  replayed?: boolean;
+}
+
+export interface CatalogTool {
+  name: string;
+  title: string;
+  description: string;
+  input_schema: Record<string, unknown>;
+  annotations: { readOnlyHint?: boolean; destructiveHint?: boolean; untrustedContentHint?: boolean };
+  side_effects?: boolean;
+}
+
+export interface RegisteredView { name: string; title: string; params_schema: Record<string, unknown>; }
+
+/**
+ * Events: "welcome", "request", "applied", "cancel", "stale", "refused", "error", "toolerror",
+ * "bye", "disconnect", "closed" (CustomEvent; details in `event.detail`).
+ */
+export interface GatewaySession extends EventTarget {
+  readonly gateway: string;
+  readonly tabId: string;
+  readonly taskId: string | null;
+  readonly revision: number;
+  readonly tools: CatalogTool[];
+  readonly views: RegisteredView[];
+  readonly connected: boolean;
+  readonly closed: boolean;
+  /** The page navigated: bumps the revision and sends `state`. Returns the new revision. */
+  state(view: ViewState): number;
+  snapshot(): ViewState;
+  /** Call a gateway tool under the tab's identity; resolves with the terminal result. */
+  call(tool: string, input?: Record<string, unknown>, options?: { signal?: AbortSignal; via?: "page" | "webmcp" }): Promise<ToolResult>;
+  close(): void;
+}
+
+export const ACTION_TYPES: readonly ActionType[];
+export const CLOSE: Readonly<{ POLICY: 1008; TOO_LARGE: 1009; SUPERSEDED: 4001; TASK_ENDED: 4002; TOKEN_EXPIRED: 4003 }>;
+export function unsafeReason(value: string): string | null;
+export function validateAction(action: unknown, views: RegisteredView[]): string | null;
+export function targetHolds(action: { type: ActionType } & Record<string, unknown>, view: ViewState): boolean;
+export function connectGateway(options: ConnectOptions): Promise<GatewaySession>;

@@ -1,0 +1,538 @@
+// webmcp.js: connect a dashboard page to its task's gateway tab channel, and (optionally)
+// register the task's tool catalog as WebMCP tools so a browser agent can call them.
+//
+//   import { connectGateway } from "<gateway>/webmcp.js";
+//   const session = await connectGateway({ gateway, token, actions, view, webmcp: true });
+//
+// A plain ES module with no dependencies and no build step. The token travels only in the
+// first websocket frame (never in a URL). Every UI action the gateway sends is validated
+// against the same closed allowlist the gateway uses before the page's handler sees it, and
+// its strings are handed over as data: handlers must display them as text (textContent).
+
+const ACTION_FIELDS = {
+  open_view: ["view", "params"],
+  populate_draft: ["agent_id", "fields"],
+  show_run_progress: ["run_id"],
+  display_proposed_change: ["title", "summary", "diff"],
+  read_view: [],
+};
+export const ACTION_TYPES = Object.freeze(Object.keys(ACTION_FIELDS));
+
+export const CLOSE = Object.freeze({
+  POLICY: 1008,
+  TOO_LARGE: 1009,
+  SUPERSEDED: 4001,
+  TASK_ENDED: 4002,
+  TOKEN_EXPIRED: 4003,
+});
+// After these the channel is over for this page: reconnecting cannot help.
+const FINAL_CLOSES = new Set([CLOSE.POLICY, CLOSE.SUPERSEDED, CLOSE.TASK_ENDED, CLOSE.TOKEN_EXPIRED]);
+
+const IDENTIFIER = /^[A-Za-z0-9_.:@-]{1,128}$/;
+const TOOL_NAME = /^[A-Za-z0-9_.-]{1,128}$/;
+const MODEL_NAME = /^[A-Za-z0-9_.:/@+-]{1,128}$/;
+const TAB_ID = /^[A-Za-z0-9_.:-]{1,128}$/;
+const CONTROL = /[\u0000-\u0008\u000b\u000c\u000e-\u001f\u007f-\u009f]/;
+const URL_SCHEME = /[a-z][a-z0-9+.-]*:\/\//;
+const PSEUDO_SCHEME = /(javascript|vbscript|data|file|blob|filesystem):/;
+const TAG = /<[a-z!/?]/;
+
+/** Why a label may not travel in a UI action, or null when it may (same rule as the gateway). */
+export function unsafeReason(value) {
+  if (typeof value !== "string") return "not a string";
+  if (CONTROL.test(value)) return "control characters are not allowed";
+  const folded = value.replace(/\s+/g, "").toLowerCase();
+  if (URL_SCHEME.test(folded) || folded.startsWith("//") || folded.startsWith("\\\\")) {
+    return "a URL is not allowed here";
+  }
+  if (PSEUDO_SCHEME.test(folded)) return "a script or data URL is not allowed here";
+  if (TAG.test(value.toLowerCase())) return "markup is not allowed here";
+  return null;
+}
+
+function length(text) {
+  return text.length <= 1000 ? text.length : Array.from(text).length;
+}
+
+function checkLabels(value, where, depth = 0) {
+  if (depth > 8) return `${where} is nested too deeply`;
+  if (typeof value === "string") {
+    const reason = unsafeReason(value);
+    return reason ? `${where}: ${reason}` : null;
+  }
+  if (Array.isArray(value)) {
+    for (let i = 0; i < value.length; i++) {
+      const reason = checkLabels(value[i], `${where}[${i}]`, depth + 1);
+      if (reason) return reason;
+    }
+    return null;
+  }
+  if (value !== null && typeof value === "object") {
+    for (const [key, item] of Object.entries(value)) {
+      const reason = checkLabels(key, where, depth + 1) || checkLabels(item, `${where}.${key}`, depth + 1);
+      if (reason) return reason;
+    }
+  }
+  return null;
+}
+
+function isPlainObject(value) {
+  return value !== null && typeof value === "object" && !Array.isArray(value);
+}
+
+function checkText(value, where, max, { oneLine = false, label = false, optional = true } = {}) {
+  if (value === undefined && optional) return null;
+  if (typeof value !== "string") return `${where} must be a string`;
+  if (length(value) > max) return `${where} is longer than ${max}`;
+  if (value.includes("\u0000")) return `${where} must not contain NUL`;
+  if (oneLine && /[\r\n]/.test(value)) return `${where} must be one line`;
+  if (label) {
+    const reason = unsafeReason(value);
+    if (reason) return `${where}: ${reason}`;
+  }
+  return null;
+}
+
+function checkParams(params, view) {
+  const schema = (view && view.params_schema) || {};
+  const reason = checkLabels(params, "params");
+  if (reason) return reason;
+  const props = isPlainObject(schema.properties) ? schema.properties : {};
+  for (const name of Array.isArray(schema.required) ? schema.required : []) {
+    if (!(name in params)) return `params.${name} is required`;
+  }
+  if (schema.additionalProperties === false) {
+    for (const name of Object.keys(params)) if (!(name in props)) return `params.${name} is not allowed`;
+  }
+  return null;
+}
+
+/**
+ * Validate a UI action from the gateway against the allowlist; returns an error message or
+ * null. `views` is the list from `welcome`.
+ */
+export function validateAction(action, views) {
+  if (!isPlainObject(action)) return "the action must be an object";
+  const fields = ACTION_FIELDS[action.type];
+  if (!fields) return `unknown action ${String(action.type).slice(0, 64)}`;
+  for (const key of Object.keys(action)) {
+    if (key !== "type" && !fields.includes(key)) return `${action.type} has no field ${key.slice(0, 64)}`;
+  }
+  switch (action.type) {
+    case "open_view": {
+      if (typeof action.view !== "string" || !IDENTIFIER.test(action.view)) return "view must be a view name";
+      const view = (views || []).find((v) => v.name === action.view);
+      if (!view) return `no view named ${action.view} is registered`;
+      const params = action.params === undefined ? {} : action.params;
+      if (!isPlainObject(params)) return "params must be an object";
+      return checkParams(params, view);
+    }
+    case "populate_draft": {
+      if (action.agent_id !== undefined && (typeof action.agent_id !== "string" || !IDENTIFIER.test(action.agent_id))) {
+        return "agent_id must be an id";
+      }
+      const f = action.fields;
+      if (!isPlainObject(f)) return "fields must be an object";
+      for (const key of Object.keys(f)) {
+        if (!["name", "instructions", "model", "tools"].includes(key)) return `fields has no field ${key.slice(0, 64)}`;
+      }
+      const reason =
+        checkText(f.name, "fields.name", 200, { label: true }) ||
+        checkText(f.instructions, "fields.instructions", 20000) ||
+        checkText(f.model, "fields.model", 128, { label: true });
+      if (reason) return reason;
+      if (f.name !== undefined && f.name.length === 0) return "fields.name must not be empty";
+      if (f.model !== undefined && !MODEL_NAME.test(f.model)) return "fields.model must be a model name";
+      if (f.tools !== undefined) {
+        if (!Array.isArray(f.tools) || f.tools.length > 64) return "fields.tools must be a list of at most 64";
+        for (const tool of f.tools) if (typeof tool !== "string" || !TOOL_NAME.test(tool)) return "fields.tools must be tool names";
+      }
+      return null;
+    }
+    case "show_run_progress":
+      return typeof action.run_id === "string" && IDENTIFIER.test(action.run_id) ? null : "run_id must be an id";
+    case "display_proposed_change":
+      return (
+        checkText(action.title, "title", 200, { oneLine: true, optional: false }) ||
+        (action.title.length === 0 ? "title must not be empty" : null) ||
+        checkText(action.summary, "summary", 4000) ||
+        checkText(action.diff, "diff", 60000)
+      );
+    default:
+      return null;
+  }
+}
+
+/** Whether an action aimed at an older revision still fits the current view (same rule as the gateway). */
+export function targetHolds(action, view) {
+  if (action.type === "open_view" || action.type === "read_view") return true;
+  const offered = view && view.available_actions;
+  if (Array.isArray(offered) && !offered.includes(action.type)) return false;
+  if (action.type === "populate_draft" && action.agent_id !== undefined) {
+    const named = [view && view.params, view && view.selection]
+      .filter(isPlainObject)
+      .map((part) => part.agent_id);
+    return named.includes(action.agent_id);
+  }
+  return true;
+}
+
+function defaultTabId() {
+  const key = "gateway.tab_id";
+  try {
+    const kept = globalThis.sessionStorage && sessionStorage.getItem(key);
+    if (kept && TAB_ID.test(kept)) return kept;
+    const made = `tab_${globalThis.crypto.randomUUID()}`;
+    if (globalThis.sessionStorage) sessionStorage.setItem(key, made);
+    return made;
+  } catch {
+    return `tab_${globalThis.crypto.randomUUID()}`;
+  }
+}
+
+function wsUrl(gateway) {
+  const base = new URL(gateway, globalThis.location ? globalThis.location.href : undefined);
+  if (base.protocol !== "http:" && base.protocol !== "https:") throw new Error("gateway must be an http(s) URL");
+  base.protocol = base.protocol === "https:" ? "wss:" : "ws:";
+  base.pathname = `${base.pathname.replace(/\/+$/, "")}/v1/tabs`;
+  base.search = "";
+  base.hash = "";
+  return base.href;
+}
+
+function modelContext() {
+  return (globalThis.document && globalThis.document.modelContext) || (globalThis.navigator && globalThis.navigator.modelContext) || null;
+}
+
+function cloneJson(value) {
+  return value === undefined ? undefined : JSON.parse(JSON.stringify(value));
+}
+
+class GatewaySession extends EventTarget {
+  constructor(options) {
+    super();
+    if (!options || typeof options.token !== "string" || !options.token) throw new Error("connectGateway needs a token");
+    this.gateway = String(options.gateway);
+    this.url = wsUrl(this.gateway);
+    this.tabId = options.tabId || defaultTabId();
+    if (!TAB_ID.test(this.tabId)) throw new Error("tabId must be 1 to 128 of [A-Za-z0-9_.:-]");
+    this.taskId = null;
+    this.revision = 0;
+    this.tools = [];
+    this.views = [];
+    this.connected = false;
+    this.closed = false;
+    this._token = options.token;
+    this._actions = Object.assign(Object.create(null), options.actions || {});
+    this._viewFn = typeof options.view === "function" ? options.view : null;
+    this._lastView = { view: null, params: {}, selection: {} };
+    this._webmcp = options.webmcp !== false;
+    this._ws = null;
+    this._attempt = 0;
+    this._requests = new Map(); // request id -> AbortController
+    this._calls = new Map(); // call id -> {resolve, tool}
+    this._seq = 0;
+    this._registration = null; // AbortController of the current WebMCP registrations
+    this._registered = "";
+    this._expiryTimer = null;
+    this._retryTimer = null;
+    this._first = null;
+    this._onPageHide = () => this._stop("pagehide");
+    if (globalThis.addEventListener) globalThis.addEventListener("pagehide", this._onPageHide);
+  }
+
+  /** The page navigated or its view changed: bump the revision and tell the gateway. */
+  state(view = {}) {
+    this._lastView = { ...this._lastView, ...cloneJson(view) };
+    this.revision += 1;
+    this._send({ type: "state", revision: this.revision, view: this.snapshot() });
+    return this.revision;
+  }
+
+  /** What the page shows now: `view()` if given, else the last `state()`. */
+  snapshot() {
+    const current = this._viewFn ? cloneJson(this._viewFn()) || {} : { ...this._lastView };
+    return { params: {}, selection: {}, ...current };
+  }
+
+  /**
+   * Call a gateway tool under the tab's identity. Resolves with the terminal result
+   * `{call_id, tool, status, output?, error?}`; never rejects for a call failure.
+   */
+  call(tool, input = {}, { signal, via = "page" } = {}) {
+    const id = `k${++this._seq}_${Date.now().toString(36)}`;
+    return new Promise((resolve, reject) => {
+      if (!this.connected) {
+        resolve({ tool, status: "unavailable", error: { code: "tab_unavailable", message: "the tab channel is not connected", retryable: true } });
+        return;
+      }
+      if (signal && signal.aborted) {
+        reject(signal.reason);
+        return;
+      }
+      const onAbort = () => {
+        this._send({ type: "cancel", id });
+        this._calls.delete(id);
+        reject(signal.reason);
+      };
+      this._calls.set(id, {
+        tool,
+        resolve: (result) => {
+          if (signal) signal.removeEventListener("abort", onAbort);
+          resolve(result);
+        },
+      });
+      if (signal) signal.addEventListener("abort", onAbort, { once: true });
+      this._send({ type: "tool_call", id, tool, input: input ?? {}, via });
+    });
+  }
+
+  /** Leave the channel for good: withdraw WebMCP tools, close the websocket. */
+  close() {
+    this._stop("closed");
+  }
+
+  // -- connection --------------------------------------------------------------------
+
+  _open() {
+    if (this.closed) return;
+    const ws = new WebSocket(this.url);
+    this._ws = ws;
+    ws.onopen = () => {
+      ws.send(JSON.stringify({ type: "hello", token: this._token, tab_id: this.tabId, revision: this.revision, view: this.snapshot() }));
+    };
+    ws.onmessage = (event) => {
+      let frame;
+      try {
+        frame = JSON.parse(event.data);
+      } catch {
+        return;
+      }
+      this._frame(frame);
+    };
+    ws.onclose = (event) => this._closed(ws, event.code, event.reason);
+  }
+
+  _closed(ws, code, reason) {
+    if (this._ws !== ws) return;
+    const wasConnected = this.connected;
+    this.connected = false;
+    this._ws = null;
+    for (const controller of this._requests.values()) controller.abort(new DOMException("the channel closed", "AbortError"));
+    this._requests.clear();
+    for (const [id, pending] of this._calls) {
+      pending.resolve({ tool: pending.tool, status: "unavailable", error: { code: "tab_unavailable", message: "the tab channel closed", retryable: true } });
+      this._calls.delete(id);
+    }
+    this._emit("disconnect", { code, reason });
+    if (this._first) {
+      const first = this._first;
+      this._first = null;
+      first.reject(new Error(`the gateway refused the tab channel (${code}${reason ? ` ${reason}` : ""})`));
+      this._stop("refused");
+      return;
+    }
+    if (this.closed) return;
+    if (FINAL_CLOSES.has(code)) {
+      this._stop(code === CLOSE.SUPERSEDED ? "superseded" : code === CLOSE.TASK_ENDED ? "task_ended" : code === CLOSE.TOKEN_EXPIRED ? "token_expired" : "policy");
+      return;
+    }
+    const delay = Math.min(10000, 250 * 2 ** this._attempt) * (0.75 + Math.random() * 0.5);
+    this._attempt = wasConnected ? 1 : this._attempt + 1;
+    this._retryTimer = setTimeout(() => this._open(), delay);
+  }
+
+  _stop(reason) {
+    if (this.closed) return;
+    this.closed = true;
+    this._withdraw();
+    clearTimeout(this._retryTimer);
+    clearTimeout(this._expiryTimer);
+    if (globalThis.removeEventListener) globalThis.removeEventListener("pagehide", this._onPageHide);
+    const ws = this._ws;
+    if (ws && ws.readyState <= 1) ws.close(1000, reason);
+    this._emit("closed", { reason });
+  }
+
+  _send(frame) {
+    const ws = this._ws;
+    if (ws && ws.readyState === 1 && (this.connected || frame.type === "hello")) ws.send(JSON.stringify(frame));
+  }
+
+  _emit(type, detail) {
+    this.dispatchEvent(new CustomEvent(type, { detail }));
+  }
+
+  // -- incoming frames ---------------------------------------------------------------
+
+  _frame(frame) {
+    switch (frame && frame.type) {
+      case "welcome":
+        return this._welcome(frame);
+      case "request":
+        return void this._request(frame);
+      case "cancel": {
+        const controller = this._requests.get(frame.id);
+        if (controller) {
+          this._requests.delete(frame.id);
+          controller.abort(new DOMException(String(frame.reason || "cancelled"), "AbortError"));
+        }
+        return this._emit("cancel", { id: frame.id, reason: frame.reason });
+      }
+      case "tool_result": {
+        const pending = this._calls.get(frame.id);
+        if (pending) {
+          this._calls.delete(frame.id);
+          const { type: _t, id: _i, ...result } = frame;
+          pending.resolve(result);
+        }
+        return;
+      }
+      case "ping":
+        return this._send({ type: "pong" });
+      case "error":
+        return this._emit("error", { code: frame.code, message: frame.message, id: frame.id });
+      case "bye":
+        this._emit("bye", { reason: frame.reason });
+        return this._stop(frame.reason || "bye");
+      default:
+        return;
+    }
+  }
+
+  _welcome(frame) {
+    this.connected = true;
+    this._attempt = 0;
+    this.taskId = frame.task_id;
+    this.tools = Array.isArray(frame.tools) ? frame.tools : [];
+    this.views = Array.isArray(frame.views) ? frame.views : [];
+    clearTimeout(this._expiryTimer);
+    if (typeof frame.expires_at === "number" && frame.expires_at > 0) {
+      const wait = Math.max(0, frame.expires_at * 1000 - Date.now());
+      this._expiryTimer = setTimeout(() => this._stop("token_expired"), Math.min(wait, 2 ** 31 - 1));
+    }
+    this._register();
+    this._emit("welcome", { task_id: this.taskId, tools: this.tools, views: this.views });
+    if (this._first) {
+      this._first.resolve(this);
+      this._first = null;
+    }
+  }
+
+  async _request(frame) {
+    const { id, action } = frame;
+    const reply = (body) =>
+      this._send({ type: "reply", id, task_id: this.taskId, tab_id: this.tabId, revision: this.revision, ...body });
+    const invalid = validateAction(action, this.views);
+    if (invalid) {
+      this._emit("refused", { id, reason: invalid });
+      return reply({ ok: false, error: { code: "invalid_input", message: invalid } });
+    }
+    // The page moved since the gateway aimed this action: it has rechecked it against our
+    // newer state and either re-aimed or cancelled it; apply only what still fits.
+    if (frame.revision < this.revision && !targetHolds(action, this.snapshot())) {
+      return this._emit("stale", { id, action });
+    }
+    const controller = new AbortController();
+    this._requests.set(id, controller);
+    const { type, ...args } = cloneJson(action);
+    this._emit("request", { id, action: type, args });
+    let result;
+    try {
+      if (type === "read_view") {
+        const view = this.snapshot();
+        result = {
+          view: view.view ?? null,
+          params: view.params ?? {},
+          revision: this.revision,
+          selection: view.selection ?? {},
+          available_actions: view.available_actions ?? ["read_view", ...Object.keys(this._actions).filter((a) => a in ACTION_FIELDS)],
+        };
+      } else {
+        const handler = this._actions[type];
+        if (typeof handler !== "function") throw Object.assign(new Error(`this page has no handler for ${type}`), { code: "unsupported_action" });
+        const aimedAt = this.revision;
+        const value = await handler(args, { id, signal: controller.signal, revision: aimedAt });
+        if (controller.signal.aborted) return;
+        if (this.revision !== aimedAt && !targetHolds(action, this.snapshot())) return this._emit("stale", { id, action });
+        result = isPlainObject(value) ? cloneJson(value) : {};
+      }
+    } catch (error) {
+      if (controller.signal.aborted) return;
+      this._requests.delete(id);
+      const code = error && typeof error.code === "string" ? error.code : "handler_error";
+      return reply({ ok: false, error: { code, message: String((error && error.message) || error).slice(0, 500) } });
+    }
+    if (controller.signal.aborted) return;
+    this._requests.delete(id);
+    this._emit("applied", { id, action: type, result });
+    return reply({ ok: true, result });
+  }
+
+  // -- WebMCP ------------------------------------------------------------------------
+
+  _register() {
+    const mc = modelContext();
+    if (!this._webmcp || !mc || typeof mc.registerTool !== "function") return;
+    const signature = JSON.stringify(this.tools);
+    if (this._registration && signature === this._registered) return;
+    this._withdraw();
+    const controller = new AbortController();
+    this._registration = controller;
+    this._registered = signature;
+    for (const tool of this.tools) {
+      const hints = tool.annotations || {};
+      const definition = {
+        name: tool.name,
+        title: tool.title,
+        description: tool.description || tool.title || tool.name,
+        inputSchema: tool.input_schema || { type: "object" },
+        annotations: {
+          readOnlyHint: Boolean(hints.readOnlyHint),
+          untrustedContentHint: Boolean(hints.untrustedContentHint),
+          consequentialHint: Boolean(hints.destructiveHint),
+        },
+        execute: (input, client) => this._execute(tool.name, input, client && client.signal),
+      };
+      try {
+        const registered = mc.registerTool(definition, { signal: controller.signal });
+        // registerTool returns a promise that rejects when the registration is withdrawn.
+        if (registered && typeof registered.catch === "function") registered.catch(() => {});
+      } catch (error) {
+        this._emit("error", { code: "webmcp_register_failed", message: String(error && error.message), tool: tool.name });
+      }
+    }
+  }
+
+  _withdraw() {
+    if (this._registration) {
+      this._registration.abort(new DOMException("the tab channel ended", "AbortError"));
+      this._registration = null;
+      this._registered = "";
+    }
+  }
+
+  async _execute(name, input, signal) {
+    const args = typeof input === "string" ? JSON.parse(input || "{}") : input ?? {};
+    const result = await this.call(name, args, { signal, via: "webmcp" });
+    if (result.status !== "succeeded") {
+      const error = result.error || {};
+      const message = `${result.status} ${error.code || "error"}: ${error.message || ""}`;
+      this._emit("toolerror", { tool: name, message, result });
+      throw new Error(message);
+    }
+    return result.output === undefined ? null : result.output;
+  }
+}
+
+/**
+ * Connect this page to its task's tab channel. Resolves with the session once the gateway
+ * has welcomed the tab; rejects if the first connection is refused.
+ */
+export function connectGateway(options) {
+  const session = new GatewaySession(options);
+  return new Promise((resolve, reject) => {
+    session._first = { resolve, reject };
+    session._open();
+  });
+}
