@@ -1,0 +1,361 @@
+"""The origin guard's boundary: a filtering HTTP proxy on loopback, one per task context.
+
+Chromium sends every request of a context through it (Playwright's per-context `proxy`
+option, with loopback not exempt), redirect hops and popups included, which a Playwright
+route handler does not see. A plain HTTP request is forwarded only when its exact origin
+is one of the task's; a CONNECT (HTTPS, and websockets, which Chromium always tunnels) only
+to an allowed host and port. Everything else is answered here, never forwarded, and
+reported to `on_block`, so the foreign server never receives a byte.
+
+Each forwarded request gets its own upstream connection and `Connection: close`: a client
+connection can then never carry a second, unchecked request.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from urllib.parse import urlsplit
+
+from gateway.origins import OriginError, origin_of
+
+log = logging.getLogger(__name__)
+
+MAX_HEAD_BYTES = 64 * 1024
+HEAD_TIMEOUT_S = 30.0
+CONNECT_TIMEOUT_S = 10.0
+_CHUNK = 64 * 1024
+_HOP_BY_HOP = frozenset(
+    {
+        "connection",
+        "proxy-connection",
+        "keep-alive",
+        "proxy-authorization",
+        "proxy-authenticate",
+        "te",
+        "trailer",
+        "upgrade",
+    }
+)
+
+
+@dataclass(frozen=True)
+class BlockedRequest:
+    """One request the proxy refused: what was asked for, and whether it was a navigation."""
+
+    target: str  # the URL of a plain request, or `host:port` of a CONNECT
+    method: str
+    navigation: bool
+    at: float
+
+
+def authority_of(origin: str) -> tuple[str, int]:
+    """`http://127.0.0.1:8001` -> ("127.0.0.1", 8001), default ports filled in."""
+    parts = urlsplit(origin)
+    host = parts.hostname or ""
+    if ":" in host:  # an IPv6 literal: keep the brackets, as a CONNECT target spells it
+        host = f"[{host}]"
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    return host, port
+
+
+def _connect_authority(target: str) -> tuple[str, int] | None:
+    """A CONNECT target `host:port`, normalized the way origins are, or None when odd."""
+    if not target or "/" in target or "@" in target:
+        return None
+    try:
+        host, port = authority_of(origin_of(f"https://{target}"))
+    except (OriginError, ValueError):
+        return None
+    # `host` without a port would default to 443; a CONNECT must name its port.
+    if not target.rsplit("]", 1)[-1].count(":"):
+        return None
+    return host, port
+
+
+def _is_navigation(headers: dict[str, str]) -> bool:
+    # Chromium marks a document request by Sec-Fetch-Dest when the origin is potentially
+    # trustworthy, and by Upgrade-Insecure-Requests on every navigation.
+    dest = headers.get("sec-fetch-dest", "")
+    if dest:
+        return dest in ("document", "iframe", "frame")
+    return headers.get("sec-fetch-mode") == "navigate" or "upgrade-insecure-requests" in headers
+
+
+class OriginProxy:
+    """A loopback HTTP proxy that forwards only to the origins it is told to allow."""
+
+    def __init__(
+        self,
+        on_block: Callable[[BlockedRequest], None],
+        *,
+        host: str = "127.0.0.1",
+    ) -> None:
+        self._on_block = on_block
+        self._host = host
+        self._allowed: frozenset[str] = frozenset()
+        self._authorities: frozenset[tuple[str, int]] = frozenset()
+        self._server: asyncio.Server | None = None
+        self._handlers: set[asyncio.Task[None]] = set()
+        self.forwarded = 0
+        self.blocked = 0
+
+    @property
+    def allowed(self) -> frozenset[str]:
+        return self._allowed
+
+    def allow(self, origins: frozenset[str]) -> None:
+        """Set the origins to forward to (a warm context starts with none)."""
+        self._allowed = frozenset(origins)
+        self._authorities = frozenset(authority_of(o) for o in origins)
+
+    async def start(self) -> str:
+        self._server = await asyncio.start_server(self._accept, self._host, 0, limit=MAX_HEAD_BYTES)
+        return self.url
+
+    @property
+    def url(self) -> str:
+        assert self._server is not None, "the proxy is not started"
+        port = self._server.sockets[0].getsockname()[1]
+        return f"http://{self._host}:{port}"
+
+    async def close(self) -> None:
+        if self._server is not None:
+            self._server.close()
+        for task in list(self._handlers):
+            task.cancel()
+        if self._handlers:
+            await asyncio.gather(*self._handlers, return_exceptions=True)
+        if self._server is not None:
+            with contextlib.suppress(Exception):
+                await self._server.wait_closed()
+            self._server = None
+
+    # -- connections --------------------------------------------------------------------
+
+    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._handlers.add(task)
+        try:
+            await self._serve_one(reader, writer)
+        except (ConnectionError, asyncio.IncompleteReadError, TimeoutError, OSError):
+            pass
+        except asyncio.CancelledError:
+            pass
+        except Exception:  # a proxy connection must never take the gateway down
+            log.exception("origin proxy connection failed")
+        finally:
+            self._handlers.discard(task)
+            writer.close()
+            with contextlib.suppress(Exception):
+                await writer.wait_closed()
+
+    async def _serve_one(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), HEAD_TIMEOUT_S)
+        except asyncio.LimitOverrunError:
+            await _answer(writer, 431, "Request Header Fields Too Large")
+            return
+        request_line, headers, raw_headers = _parse_head(head)
+        parts = request_line.split(" ")
+        if len(parts) != 3 or not parts[2].startswith("HTTP/1."):
+            await _answer(writer, 400, "Bad Request")
+            return
+        method, target, _version = parts
+        if method == "CONNECT":
+            await self._tunnel(target, reader, writer)
+        else:
+            await self._forward(method, target, headers, raw_headers, reader, writer)
+
+    def _block(self, target: str, method: str, navigation: bool) -> None:
+        self.blocked += 1
+        blocked = BlockedRequest(
+            target=target[:2048], method=method, navigation=navigation, at=time.time()
+        )
+        try:
+            self._on_block(blocked)
+        except Exception:
+            log.exception("the origin proxy's block listener failed")
+
+    async def _tunnel(
+        self, target: str, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
+        authority = _connect_authority(target)
+        if authority is None or authority not in self._authorities:
+            self._block(target, "CONNECT", navigation=False)
+            await _answer(writer, 403, "Forbidden")
+            return
+        try:
+            up_reader, up_writer = await asyncio.wait_for(
+                asyncio.open_connection(authority[0].strip("[]"), authority[1]), CONNECT_TIMEOUT_S
+            )
+        except (OSError, TimeoutError):
+            await _answer(writer, 502, "Bad Gateway")
+            return
+        self.forwarded += 1
+        writer.write(b"HTTP/1.1 200 Connection Established\r\n\r\n")
+        await writer.drain()
+        try:
+            await _pipe_both(reader, writer, up_reader, up_writer)
+        finally:
+            up_writer.close()
+
+    async def _forward(
+        self,
+        method: str,
+        target: str,
+        headers: dict[str, str],
+        raw_headers: list[tuple[str, str]],
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+    ) -> None:
+        navigation = _is_navigation(headers)
+        parts = urlsplit(target)
+        try:
+            origin = origin_of(target) if parts.scheme.lower() == "http" else None
+        except OriginError:
+            origin = None
+        if origin is None or origin not in self._allowed:
+            self._block(target, method, navigation)
+            # A navigation answered 204 is not committed: the page stays where it was.
+            # Anything else gets a plain refusal.
+            if navigation:
+                await _answer(writer, 204, "No Content")
+            else:
+                await _answer(writer, 403, "Forbidden")
+            return
+        host, port = authority_of(origin)
+        try:
+            up_reader, up_writer = await asyncio.wait_for(
+                asyncio.open_connection(host.strip("[]"), port), CONNECT_TIMEOUT_S
+            )
+        except (OSError, TimeoutError):
+            await _answer(writer, 502, "Bad Gateway")
+            return
+        self.forwarded += 1
+        try:
+            path = parts.path or "/"
+            if parts.query:
+                path += "?" + parts.query
+            lines = [f"{method} {path} HTTP/1.1", f"Host: {parts.netloc.rsplit('@', 1)[-1]}"]
+            for name, value in raw_headers:
+                lowered = name.lower()
+                if lowered in _HOP_BY_HOP or lowered == "host":
+                    continue
+                lines.append(f"{name}: {value}")
+            lines.append("Connection: close")
+            up_writer.write(("\r\n".join(lines) + "\r\n\r\n").encode("latin-1"))
+            await _relay_body(headers, reader, up_writer)
+            await up_writer.drain()
+            await _relay_response(up_reader, writer)
+        finally:
+            up_writer.close()
+
+
+def _parse_head(head: bytes) -> tuple[str, dict[str, str], list[tuple[str, str]]]:
+    text = head.decode("latin-1")
+    lines = text.split("\r\n")
+    raw: list[tuple[str, str]] = []
+    for line in lines[1:]:
+        if not line:
+            continue
+        name, sep, value = line.partition(":")
+        if not sep or not name or name != name.strip():
+            continue
+        raw.append((name, value.strip()))
+    return lines[0], {n.lower(): v for n, v in raw}, raw
+
+
+async def _relay_body(
+    headers: dict[str, str], reader: asyncio.StreamReader, up_writer: asyncio.StreamWriter
+) -> None:
+    """Copy exactly the request's body (by Content-Length or chunked framing), no more."""
+    if "chunked" in headers.get("transfer-encoding", "").lower():
+        while True:
+            size_line = await reader.readuntil(b"\r\n")
+            up_writer.write(size_line)
+            size = int(size_line.split(b";", 1)[0].strip() or b"0", 16)
+            if size == 0:
+                # Trailers, then the blank line that ends the body.
+                while True:
+                    line = await reader.readuntil(b"\r\n")
+                    up_writer.write(line)
+                    if line == b"\r\n":
+                        return
+            up_writer.write(await reader.readexactly(size + 2))
+            await up_writer.drain()
+    length = int(headers.get("content-length", "0") or "0")
+    while length > 0:
+        chunk = await reader.read(min(length, _CHUNK))
+        if not chunk:
+            raise ConnectionError("the client closed mid-body")
+        up_writer.write(chunk)
+        length -= len(chunk)
+        await up_writer.drain()
+
+
+async def _relay_response(up_reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    """Send the upstream's answer back with `Connection: close`, then its bytes to the end."""
+    head = await up_reader.readuntil(b"\r\n\r\n")
+    status_line, _headers, raw = _parse_head(head)
+    status = status_line.split(" ", 2)
+    if len(status) >= 2 and status[1].startswith("1"):
+        writer.write(head)  # an interim answer: relayed as is, then everything after it
+    else:
+        lines = [status_line]
+        lines += [f"{n}: {v}" for n, v in raw if n.lower() not in _HOP_BY_HOP]
+        lines.append("Connection: close")
+        writer.write(("\r\n".join(lines) + "\r\n\r\n").encode("latin-1"))
+    while chunk := await up_reader.read(_CHUNK):
+        writer.write(chunk)
+        await writer.drain()
+    await writer.drain()
+
+
+async def _pipe(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
+    try:
+        while chunk := await src.read(_CHUNK):
+            dst.write(chunk)
+            await dst.drain()
+    finally:
+        with contextlib.suppress(Exception):
+            dst.write_eof()
+
+
+async def _pipe_both(
+    reader: asyncio.StreamReader,
+    writer: asyncio.StreamWriter,
+    up_reader: asyncio.StreamReader,
+    up_writer: asyncio.StreamWriter,
+) -> None:
+    tasks = [
+        asyncio.ensure_future(_pipe(reader, up_writer)),
+        asyncio.ensure_future(_pipe(up_reader, writer)),
+    ]
+    try:
+        await asyncio.gather(*tasks, return_exceptions=True)
+    finally:
+        for task in tasks:
+            task.cancel()
+
+
+async def _answer(writer: asyncio.StreamWriter, status: int, reason: str) -> None:
+    body = (
+        b""
+        if status == 204
+        else f"{status} {reason}: refused by the task's origin guard\n".encode()
+    )
+    head = (
+        f"HTTP/1.1 {status} {reason}\r\n"
+        "Content-Type: text/plain; charset=utf-8\r\n"
+        f"Content-Length: {len(body)}\r\n"
+        "Cache-Control: no-store\r\n"
+        "Connection: close\r\n\r\n"
+    )
+    writer.write(head.encode() + body)
+    await writer.drain()

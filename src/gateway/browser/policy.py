@@ -1,0 +1,66 @@
+"""The task browser's origin policy, with no I/O: which URLs a task's page may be on.
+
+A page may be on `about:blank` or on an http(s) URL whose exact origin is one of the
+sandbox's. `browser.navigate` takes an absolute URL within those origins or a path that is
+resolved against the sandbox's app origin; every other scheme (`javascript:`, `data:`,
+`blob:`, `file:`...) is refused before anything reaches the browser.
+"""
+
+from __future__ import annotations
+
+from urllib.parse import urljoin, urlsplit
+
+from gateway.errors import ToolFailure
+from gateway.identity import Sandbox
+from gateway.origins import OriginError, origin_of
+from gateway.results import ErrorCode, ToolStatus
+
+BLANK = "about:blank"
+MAX_URL_CHARS = 2048
+
+
+def page_url_allowed(url: str, origins: frozenset[str]) -> bool:
+    """Whether a page (main frame or popup) may stay on `url`."""
+    if url == BLANK:
+        return True
+    if urlsplit(url).scheme.lower() not in ("http", "https"):
+        return False
+    try:
+        return origin_of(url) in origins
+    except OriginError:
+        return False
+
+
+def resolve_target(url: str, sandbox: Sandbox) -> str:
+    """The absolute URL `browser.navigate` may go to, or a denied/origin_blocked failure."""
+    text = url.strip()
+    # Characters a browser's URL parser treats differently from Python's (backslashes,
+    # controls, spaces) could make the checked URL and the visited URL differ: refuse them.
+    if (
+        not text
+        or len(text) > MAX_URL_CHARS
+        or "\\" in text
+        or any(ord(c) < 0x21 or ord(c) == 0x7F for c in text)
+    ):
+        raise _blocked(url, "the URL is empty, too long or has characters that are not allowed")
+    if text.startswith("/") and not text.startswith("//"):
+        return urljoin(sandbox.app_origin + "/", text)
+    scheme = urlsplit(text).scheme.lower()
+    if scheme not in ("http", "https"):
+        raise _blocked(url, f"{scheme or 'a relative'} URL is not an http(s) URL of the sandbox")
+    try:
+        origin = origin_of(text)
+    except OriginError as exc:
+        raise _blocked(url, str(exc)) from None
+    if origin not in sandbox.origins:
+        raise _blocked(url, f"{origin} is not one of the task's allowed origins")
+    return text
+
+
+def _blocked(url: str, why: str) -> ToolFailure:
+    return ToolFailure(
+        ToolStatus.DENIED,
+        ErrorCode.ORIGIN_BLOCKED,
+        f"navigation refused: {why}",
+        details={"target": url[:512]},
+    )

@@ -1,0 +1,190 @@
+"""The pool's Chromium processes: launched here through Playwright, or a remote server.
+
+Each process is launched with what the origin guard needs: loopback traffic is not exempt
+from a context's proxy (`--proxy-bypass-list=<-loopback>`) and WebRTC may not send UDP
+around it. A process that dies is reported to the listeners (the pool fails its tasks'
+browsers) and relaunched; the other processes and their tasks go on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import secrets
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from playwright.async_api import Browser, Playwright, async_playwright
+from playwright.async_api import Error as PlaywrightError
+
+from gateway.chromium import find_chromium, launch_args
+from gateway.errors import ToolFailure
+from gateway.results import ErrorCode, ToolStatus
+from gateway.settings import Settings
+
+from .memory import find_browser_pid
+
+log = logging.getLogger(__name__)
+
+GUARD_ARGS = (
+    "--proxy-bypass-list=<-loopback>",
+    "--force-webrtc-ip-handling-policy=disable_non_proxied_udp",
+    "--dns-prefetch-disable",
+)
+LAUNCH_TIMEOUT_S = 30.0
+
+
+def browser_unavailable(message: str) -> ToolFailure:
+    return ToolFailure(
+        ToolStatus.UNAVAILABLE, ErrorCode.BROWSER_UNAVAILABLE, message, retryable=True
+    )
+
+
+@dataclass(eq=False)
+class BrowserProcess:
+    """One Chromium (or one connection to a remote Playwright server)."""
+
+    index: int
+    browser: Browser
+    pid: int | None  # None for a remote browser
+    marker: str
+    contexts: int = 0
+    alive: bool = True
+    died: asyncio.Event = field(default_factory=asyncio.Event)
+
+
+DeathListener = Callable[[BrowserProcess], None]
+
+
+class BrowserProcesses:
+    def __init__(self, settings: Settings, *, count: int | None = None) -> None:
+        self.settings = settings
+        self.count = count or settings.browser_processes
+        self._playwright: Playwright | None = None
+        self._slots: list[BrowserProcess | None] = [None] * self.count
+        self._launching: dict[int, asyncio.Task[BrowserProcess]] = {}
+        self._listeners: list[DeathListener] = []
+        self._closing = False
+        self._driver_lock = asyncio.Lock()
+        self.launches = 0
+
+    @property
+    def remote(self) -> bool:
+        return bool(self.settings.browser_ws_endpoint)
+
+    def on_death(self, listener: DeathListener) -> Callable[[], None]:
+        self._listeners.append(listener)
+        return lambda: self._listeners.remove(listener)
+
+    def live(self) -> list[BrowserProcess]:
+        return [s for s in self._slots if s is not None and s.alive]
+
+    async def start(self) -> None:
+        """Launch every process now (otherwise the first `pick` launches them)."""
+        await self._driver()
+        await asyncio.gather(*(self._ensure(i) for i in range(self.count)))
+
+    async def _driver(self) -> Playwright:
+        async with self._driver_lock:
+            if self._playwright is None:
+                self._closing = False
+                self._playwright = await async_playwright().start()
+            return self._playwright
+
+    async def close(self) -> None:
+        self._closing = True
+        for task in self._launching.values():
+            task.cancel()
+        for slot in self._slots:
+            if slot is not None and slot.alive:
+                slot.alive = False
+                with contextlib.suppress(Exception):
+                    await slot.browser.close()
+        self._slots = [None] * self.count
+        if self._playwright is not None:
+            with contextlib.suppress(Exception):
+                await self._playwright.stop()
+            self._playwright = None
+
+    async def pick(self) -> BrowserProcess:
+        """The live process with the fewest contexts, relaunching dead ones first."""
+        if self._closing:
+            raise browser_unavailable("the browser pool is shutting down")
+        await self._driver()
+        live = self.live()
+        if len(live) < self.count:
+            # Start the missing ones; wait only when nothing else is available.
+            pending = [
+                self._ensure(i) for i, s in enumerate(self._slots) if s is None or not s.alive
+            ]
+            if not live:
+                results = await asyncio.gather(*pending, return_exceptions=True)
+                live = [r for r in results if isinstance(r, BrowserProcess) and r.alive]
+                if not live:
+                    raise browser_unavailable("no browser could be started; retry later")
+            else:
+                for coro in pending:
+                    asyncio.ensure_future(coro).add_done_callback(_quiet)
+        return min(live, key=lambda s: s.contexts)
+
+    def _ensure(self, index: int) -> asyncio.Future[BrowserProcess]:
+        slot = self._slots[index]
+        if slot is not None and slot.alive:
+            done: asyncio.Future[BrowserProcess] = asyncio.get_running_loop().create_future()
+            done.set_result(slot)
+            return done
+        task = self._launching.get(index)
+        if task is None or task.done():
+            task = asyncio.ensure_future(self._launch(index))
+            self._launching[index] = task
+        return task
+
+    async def _launch(self, index: int) -> BrowserProcess:
+        assert self._playwright is not None, "the browser processes are not started"
+        marker = f"--gateway-browser={secrets.token_hex(8)}"
+        try:
+            if self.settings.browser_ws_endpoint:
+                browser = await self._playwright.chromium.connect(
+                    self.settings.browser_ws_endpoint, timeout=LAUNCH_TIMEOUT_S * 1000
+                )
+                pid = None
+            else:
+                browser = await self._playwright.chromium.launch(
+                    executable_path=find_chromium(self.settings.browser_executable),
+                    args=launch_args(extra=(*GUARD_ARGS, marker)),
+                    timeout=LAUNCH_TIMEOUT_S * 1000,
+                )
+                pid = find_browser_pid(marker)
+        except (PlaywrightError, OSError, RuntimeError) as exc:
+            log.error("browser %d could not start: %s", index, exc)
+            raise browser_unavailable(f"the browser could not start: {exc}") from exc
+        self.launches += 1
+        slot = BrowserProcess(index=index, browser=browser, pid=pid, marker=marker)
+        browser.on("disconnected", lambda _b: self._died(slot))
+        if self._closing:
+            await browser.close()
+            raise browser_unavailable("the browser pool is shutting down")
+        self._slots[index] = slot
+        return slot
+
+    def _died(self, slot: BrowserProcess) -> None:
+        if not slot.alive:
+            return
+        slot.alive = False
+        slot.died.set()
+        if self._closing:
+            return
+        log.warning("browser %d (pid %s) is gone; relaunching", slot.index, slot.pid)
+        for listener in list(self._listeners):
+            try:
+                listener(slot)
+            except Exception:
+                log.exception("a browser death listener failed")
+        self._ensure(slot.index).add_done_callback(_quiet)
+
+
+def _quiet(future: asyncio.Future[BrowserProcess]) -> None:
+    # A failed relaunch is retried by the next pick(); its error was logged already.
+    if not future.cancelled():
+        future.exception()

@@ -1,0 +1,386 @@
+"""One task's browser: a fresh context with one page, behind its own origin proxy.
+
+The proxy is the boundary (nothing it refuses reaches the network). The session adds the
+second check on the page itself: after every main-frame navigation the URL is checked
+again, and a page that ended up anywhere else (a blob: or data: document, a refused
+tunnel's error page) is taken back to an allowed page or to about:blank. Popups are closed,
+downloads refused, dialogs dismissed. Every refusal is recorded as evidence, and the task's
+next call that returns (the one that caused it, or the one after a page did it alone) ends
+`denied`/`origin_blocked`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import tempfile
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+from urllib.parse import urlsplit
+
+from playwright.async_api import BrowserContext, Download, Frame, Page
+from playwright.async_api import Error as PlaywrightError
+from playwright.async_api import TimeoutError as PlaywrightTimeout
+
+from gateway.errors import ToolFailure
+from gateway.identity import TaskIdentity
+from gateway.registry import ToolContext
+from gateway.results import ErrorCode, ToolStatus
+from gateway.store.database import ArtifactRef
+
+from .guard_proxy import BlockedRequest, OriginProxy
+from .policy import BLANK, page_url_allowed
+from .processes import BrowserProcess, browser_unavailable
+from .snapshot import Snapshot, build_snapshot
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+CLOSE_TIMEOUT_S = 10.0
+POPUP_WAIT_MS = 1000
+SETTLE_TIMEOUT_S = 3.0
+
+
+@dataclass(frozen=True)
+class EvidenceSink:
+    """Where a session writes what it saw: the gateway's evidence and artifact store."""
+
+    record: Callable[[TaskIdentity, str, Mapping[str, Any]], Awaitable[Any]]
+    put_artifact: Callable[[TaskIdentity, bytes, str, str], Awaitable[ArtifactRef]]
+
+
+@dataclass(frozen=True)
+class Violation:
+    """Something the guard stopped. `denies`: it ends the call that observes it."""
+
+    kind: str
+    target: str
+    denies: bool
+    at: float
+
+    def public(self) -> dict[str, Any]:
+        return {"kind": self.kind, "target": self.target[:512], "denies": self.denies}
+
+
+class BrowserSession:
+    def __init__(
+        self,
+        process: BrowserProcess,
+        context: BrowserContext,
+        page: Page,
+        proxy: OriginProxy,
+        sink: EvidenceSink,
+        *,
+        snapshot_max_chars: int,
+        trace: bool,
+    ) -> None:
+        self.process = process
+        self.context = context
+        self.page = page
+        self.proxy = proxy
+        self.sink = sink
+        self.identity: TaskIdentity | None = None
+        self.snapshot_max_chars = snapshot_max_chars
+        self.trace = trace
+        self.created_at = time.time()
+        self.last_used = time.monotonic()
+        self.lost: str | None = None  # why the browser under this session is gone
+        self.closed = False
+        self.document = 0  # bumped on each main-frame navigation: refs of older ones are stale
+        self.latest: Snapshot | None = None
+        self.blocked_total = 0
+        self.lock = asyncio.Lock()
+        self._seq = 0
+        self._pending: list[Violation] = []
+        self._background: set[asyncio.Future[Any]] = set()
+        self._restoring: asyncio.Task[None] | None = None
+        self._document_url = BLANK
+        self.loss_reported = False
+
+    # -- opening ------------------------------------------------------------------------
+
+    @classmethod
+    async def open(
+        cls, process: BrowserProcess, sink: EvidenceSink, *, snapshot_max_chars: int, trace: bool
+    ) -> BrowserSession:
+        """A fresh context and page that can reach nothing until `assign` names a task."""
+        holder: list[BrowserSession] = []
+
+        def blocked(request: BlockedRequest) -> None:
+            if holder:
+                holder[0]._proxy_blocked(request)
+
+        proxy = OriginProxy(blocked)
+        await proxy.start()
+        context: BrowserContext | None = None
+        try:
+            context = await process.browser.new_context(
+                proxy={"server": proxy.url},
+                accept_downloads=False,
+                service_workers="block",
+            )
+            page = await context.new_page()
+        except BaseException:
+            if context is not None:
+                with contextlib.suppress(Exception):
+                    await context.close()
+            await proxy.close()
+            raise
+        session = cls(
+            process,
+            context,
+            page,
+            proxy,
+            sink,
+            snapshot_max_chars=snapshot_max_chars,
+            trace=trace,
+        )
+        holder.append(session)
+        session._watch()
+        return session
+
+    def _watch(self) -> None:
+        self.page.on("framenavigated", self._navigated)
+        self.page.on("download", self._download)
+        self.page.on("dialog", lambda dialog: self._spawn(dialog.dismiss()))
+        self.page.on("crash", lambda _page: self._lose("the task's page crashed"))
+        self.context.on("page", self._popup)
+
+    async def assign(self, identity: TaskIdentity) -> None:
+        """Hand this never-used context to one task: from now on its origins are open."""
+        assert self.identity is None, "a browser context is handed to one task only"
+        self.identity = identity
+        self.proxy.allow(identity.sandbox.origins)
+        self.last_used = time.monotonic()
+        if self.trace:
+            await self.context.tracing.start(screenshots=True, snapshots=True)
+
+    @property
+    def origins(self) -> frozenset[str]:
+        return self.identity.sandbox.origins if self.identity is not None else frozenset()
+
+    @property
+    def url(self) -> str:
+        try:
+            return self.page.url
+        except PlaywrightError:
+            return BLANK
+
+    # -- the guard's page-side checks ---------------------------------------------------
+
+    def _spawn(self, coro: Awaitable[Any]) -> None:
+        future = asyncio.ensure_future(coro)
+        self._background.add(future)
+        future.add_done_callback(self._background.discard)
+        future.add_done_callback(_log_failure)
+
+    def _violate(self, kind: str, target: str, *, denies: bool) -> None:
+        violation = Violation(kind=kind, target=target, denies=denies, at=time.time())
+        self._pending.append(violation)
+        self.blocked_total += 1
+        if self.identity is not None:
+            self._spawn(
+                self.sink.record(
+                    self.identity,
+                    "origin_blocked",
+                    {**violation.public(), "page": self.url[:512]},
+                )
+            )
+
+    def _proxy_blocked(self, request: BlockedRequest) -> None:
+        kind = "navigation_refused" if request.navigation else "request_refused"
+        if request.method == "CONNECT":
+            kind = "tunnel_refused"
+        # A refused tunnel could be a document: the main-frame recheck decides that.
+        self._violate(kind, request.target, denies=request.navigation)
+
+    def _navigated(self, frame: Frame) -> None:
+        url = frame.url
+        if frame != self.page.main_frame:
+            scheme = urlsplit(url).scheme.lower()
+            if scheme in ("http", "https") and not page_url_allowed(url, self.origins):
+                self._violate("frame_blocked", url, denies=True)
+            return
+        # A move within the same document (only the fragment changes) keeps the refs.
+        if url.split("#", 1)[0] != self._document_url:
+            self.document += 1
+            self._document_url = url.split("#", 1)[0]
+        if not page_url_allowed(url, self.origins):
+            self._violate("navigation_blocked", url, denies=True)
+            self._restore_soon()
+
+    def _restore_soon(self) -> None:
+        if self._restoring is None or self._restoring.done():
+            self._restoring = asyncio.ensure_future(self._restore())
+            self._restoring.add_done_callback(_log_failure)
+
+    async def _restore(self) -> None:
+        """Take the page back to an allowed page (the one before), else to about:blank."""
+        with contextlib.suppress(PlaywrightError):
+            if page_url_allowed(self.page.url, self.origins):
+                return
+            with contextlib.suppress(PlaywrightError):
+                await self.page.go_back(timeout=3000, wait_until="commit")
+            if not page_url_allowed(self.page.url, self.origins):
+                await self.page.goto(BLANK, timeout=5000)
+
+    def _download(self, download: Download) -> None:
+        self._violate("download_blocked", download.url, denies=True)
+        self._spawn(download.cancel())
+
+    def _popup(self, popup: Page) -> None:
+        if popup == self.page:
+            return
+        self._spawn(self._close_popup(popup))
+
+    async def _close_popup(self, popup: Page) -> None:
+        target = popup.url
+        if target == BLANK:
+            # The popup's first navigation may not have started yet: its request says where.
+            with contextlib.suppress(PlaywrightError):
+                request = await popup.wait_for_event(
+                    "request", lambda r: r.is_navigation_request(), timeout=POPUP_WAIT_MS
+                )
+                target = request.url
+        foreign = not page_url_allowed(target, self.origins)
+        self._violate("popup_blocked" if foreign else "popup_closed", target, denies=foreign)
+        with contextlib.suppress(PlaywrightError):
+            await popup.close()
+
+    def _lose(self, why: str) -> None:
+        if self.lost is None:
+            self.lost = why
+
+    # -- running a tool's action --------------------------------------------------------
+
+    def _gone(self) -> ToolFailure:
+        self.loss_reported = True
+        return browser_unavailable(f"the task's browser is gone ({self.lost}); retry")
+
+    async def run(self, ctx: ToolContext, action: Callable[[Page], Awaitable[T]]) -> T:
+        """Run one call's action on the page, then settle and apply the guard's verdict."""
+        async with self.lock:
+            if self.lost is not None:
+                raise self._gone()
+            self.last_used = time.monotonic()
+            error: ToolFailure | None = None
+            result: Any = None
+            try:
+                result = await action(self.page)
+            except ToolFailure as exc:
+                error = exc
+            except PlaywrightError as exc:
+                error = self._map_error(exc)
+            if self.lost is None:
+                await self._settle()
+            ctx.evidence["page"] = self.url[:2048]
+            if self.lost is not None:
+                raise self._gone()
+            denied = self.take_denials()
+            if denied is not None:
+                raise denied
+            if error is not None:
+                raise error
+            self.last_used = time.monotonic()
+            return result  # type: ignore[no-any-return]
+
+    async def _settle(self) -> None:
+        """Let the action's direct consequences (popups, a restore) finish before judging."""
+        waiting = [f for f in self._background if not f.done()]
+        if self._restoring is not None and not self._restoring.done():
+            waiting.append(self._restoring)
+        if waiting:
+            await asyncio.wait(waiting, timeout=SETTLE_TIMEOUT_S)
+        if not page_url_allowed(self.url, self.origins):
+            self._restore_soon()
+            assert self._restoring is not None
+            await asyncio.wait([self._restoring], timeout=SETTLE_TIMEOUT_S)
+
+    def take_denials(self) -> ToolFailure | None:
+        """The origin_blocked failure for what the guard stopped since the last call, if any."""
+        pending, self._pending = self._pending, []
+        denying = [v for v in pending if v.denies]
+        if not denying:
+            return None
+        first = denying[0]
+        return ToolFailure(
+            ToolStatus.DENIED,
+            ErrorCode.ORIGIN_BLOCKED,
+            f"the task's browser was kept from leaving its allowed origins ({first.kind}: "
+            f"{first.target[:200]})",
+            details={"blocked": [v.public() for v in pending][:20], "page": self.url[:512]},
+        )
+
+    def _map_error(self, exc: PlaywrightError) -> ToolFailure:
+        message = (exc.message or str(exc)).splitlines()[0][:300] if str(exc) else "browser error"
+        if isinstance(exc, PlaywrightTimeout):
+            return ToolFailure(ToolStatus.TIMEOUT, ErrorCode.TIMEOUT, message, retryable=True)
+        if (
+            not self.process.alive
+            or type(exc).__name__ == "TargetClosedError"
+            or "has been closed" in message
+            or "crashed" in message
+        ):
+            self._lose("the browser process ended")
+            return browser_unavailable(f"the task's browser is gone: {message}")
+        return ToolFailure(ToolStatus.FAILED, ErrorCode.HANDLER_ERROR, message)
+
+    # -- snapshots ----------------------------------------------------------------------
+
+    async def take_snapshot(self, page: Page) -> Snapshot:
+        document = self.document
+        raw = await page.aria_snapshot(mode="ai", timeout=10_000)
+        self._seq += 1
+        # A navigation during the capture leaves the snapshot's refs stale from the start.
+        snap = build_snapshot(
+            raw, seq=self._seq, document=document, max_chars=self.snapshot_max_chars
+        )
+        self.latest = snap
+        return snap
+
+    # -- closing ------------------------------------------------------------------------
+
+    async def close(self, reason: str) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        identity = self.identity
+        trace: ArtifactRef | None = None
+        if identity is not None and self.trace and self.lost is None:
+            trace = await self._save_trace(identity)
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(self.context.close(), CLOSE_TIMEOUT_S)
+        await self.proxy.close()
+        for future in list(self._background):
+            future.cancel()
+        if self._restoring is not None:
+            self._restoring.cancel()
+        if identity is not None:
+            data: dict[str, Any] = {"reason": reason, "blocked": self.blocked_total}
+            if trace is not None:
+                data["trace"] = trace.public()
+            with contextlib.suppress(Exception):
+                await self.sink.record(identity, "browser_closed", data)
+
+    async def _save_trace(self, identity: TaskIdentity) -> ArtifactRef | None:
+        try:
+            with tempfile.TemporaryDirectory() as tmp:
+                path = Path(tmp) / "trace.zip"
+                await asyncio.wait_for(self.context.tracing.stop(path=str(path)), CLOSE_TIMEOUT_S)
+                data = await asyncio.to_thread(path.read_bytes)
+            return await self.sink.put_artifact(identity, data, "trace.zip", "application/zip")
+        except Exception as exc:
+            log.warning("the trace of task %s could not be kept: %r", identity.task_id, exc)
+            return None
+
+
+def _log_failure(future: asyncio.Future[Any]) -> None:
+    if future.cancelled():
+        return
+    exc = future.exception()
+    if exc is not None and not isinstance(exc, PlaywrightError):
+        log.warning("a browser guard task failed: %r", exc)

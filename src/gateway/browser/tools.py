@@ -1,0 +1,288 @@
+"""The browser tools (scope `browser`): drive the task's own isolated browser.
+
+Every tool acts on the calling task's context only (the pool looks it up by the call's
+identity, never by anything in the input). Element refs come from `browser.snapshot` and
+belong to that snapshot; the evidence of each call names the page it acted on.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from playwright.async_api import Page
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from gateway.registry import Registry, Tool, ToolAnnotations, ToolContext
+from gateway.settings import Settings
+
+from .policy import resolve_target
+from .pool import BrowserPool
+from .session import BrowserSession
+from .snapshot import REF_PATTERN, resolve_ref
+
+SCOPE = "browser"
+NAVIGATION_TIMEOUT_MS = 15_000
+ACTION_TIMEOUT_MS = 5_000
+KEY_PATTERN = r"^(?:[A-Za-z0-9]{1,24}\+){0,3}(?:[A-Za-z0-9]{1,24}|[!-~])$"
+
+
+class _Input(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class NavigateInput(_Input):
+    url: str = Field(
+        min_length=1,
+        max_length=2048,
+        description="An absolute URL within the task's allowed origins, or a path such as "
+        "/agents resolved against the sandbox's app origin.",
+    )
+
+
+class SnapshotInput(_Input):
+    pass
+
+
+class ClickInput(_Input):
+    ref: str = Field(pattern=REF_PATTERN, description="An element ref from browser.snapshot.")
+
+
+class FillInput(_Input):
+    ref: str = Field(pattern=REF_PATTERN, description="An element ref from browser.snapshot.")
+    value: str = Field(max_length=10_000)
+
+
+class PressInput(_Input):
+    ref: str | None = Field(default=None, pattern=REF_PATTERN)
+    key: str = Field(pattern=KEY_PATTERN, description="A key name such as Enter or Control+a.")
+
+
+class WaitForInput(_Input):
+    text: str | None = Field(default=None, min_length=1, max_length=500)
+    ref: str | None = Field(default=None, pattern=REF_PATTERN)
+    timeout_ms: int = Field(default=5_000, ge=0, le=20_000)
+
+    @model_validator(mode="after")
+    def _one_target(self) -> WaitForInput:
+        if (self.text is None) == (self.ref is None):
+            raise ValueError("give exactly one of text or ref")
+        return self
+
+
+class ScreenshotInput(_Input):
+    pass
+
+
+async def _session(ctx: ToolContext) -> BrowserSession:
+    return await ctx.service(BrowserPool).session_for(ctx.identity)
+
+
+async def _keep_screenshot(ctx: ToolContext, session: BrowserSession) -> None:
+    """With `browser_screenshots` on, each acting call leaves a screenshot in its evidence."""
+    pool = ctx.service(BrowserPool)
+    if not pool.settings.browser_screenshots or session.lost is not None:
+        return
+    try:
+        data = await session.page.screenshot(type="png", timeout=ACTION_TIMEOUT_MS)
+    except Exception:
+        return
+    ref = await pool.sink.put_artifact(ctx.identity, data, "screenshot.png", "image/png")
+    ctx.evidence["screenshot"] = ref.id
+
+
+def _locator(session: BrowserSession, page: Page, ref: str) -> Any:
+    name = resolve_ref(ref, session.latest, session.document)
+    return page.locator(f"aria-ref={name}")
+
+
+async def navigate(ctx: ToolContext, args: NavigateInput) -> dict[str, Any]:
+    # Checked before the browser is touched: a refused URL never reaches Chromium.
+    target = resolve_target(args.url, ctx.identity.sandbox)
+    session = await _session(ctx)
+
+    async def act(page: Page) -> dict[str, Any]:
+        response = await page.goto(target, wait_until="load", timeout=NAVIGATION_TIMEOUT_MS)
+        return {
+            "url": page.url,
+            "status": response.status if response is not None else None,
+            "title": await page.title(),
+        }
+
+    result = await session.run(ctx, act)
+    await _keep_screenshot(ctx, session)
+    return result
+
+
+async def snapshot(ctx: ToolContext, _args: SnapshotInput) -> dict[str, Any]:
+    session = await _session(ctx)
+
+    async def act(page: Page) -> dict[str, Any]:
+        snap = await session.take_snapshot(page)
+        return {
+            "snapshot_id": f"s{snap.seq}",
+            "url": page.url,
+            "title": await page.title(),
+            "snapshot": snap.text,
+            "truncated": snap.truncated,
+        }
+
+    return await session.run(ctx, act)
+
+
+async def click(ctx: ToolContext, args: ClickInput) -> dict[str, Any]:
+    session = await _session(ctx)
+
+    async def act(page: Page) -> dict[str, Any]:
+        await _locator(session, page, args.ref).click(timeout=ACTION_TIMEOUT_MS)
+        return {"clicked": args.ref}
+
+    result = await session.run(ctx, act)
+    result["url"] = session.url
+    await _keep_screenshot(ctx, session)
+    return result
+
+
+async def fill(ctx: ToolContext, args: FillInput) -> dict[str, Any]:
+    session = await _session(ctx)
+
+    async def act(page: Page) -> dict[str, Any]:
+        await _locator(session, page, args.ref).fill(args.value, timeout=ACTION_TIMEOUT_MS)
+        return {"filled": args.ref}
+
+    result = await session.run(ctx, act)
+    result["url"] = session.url
+    await _keep_screenshot(ctx, session)
+    return result
+
+
+async def press(ctx: ToolContext, args: PressInput) -> dict[str, Any]:
+    session = await _session(ctx)
+
+    async def act(page: Page) -> dict[str, Any]:
+        if args.ref is not None:
+            await _locator(session, page, args.ref).press(args.key, timeout=ACTION_TIMEOUT_MS)
+        else:
+            await page.keyboard.press(args.key)
+        return {"pressed": args.key}
+
+    result = await session.run(ctx, act)
+    result["url"] = session.url
+    await _keep_screenshot(ctx, session)
+    return result
+
+
+async def wait_for(ctx: ToolContext, args: WaitForInput) -> dict[str, Any]:
+    session = await _session(ctx)
+
+    async def act(page: Page) -> dict[str, Any]:
+        if args.ref is not None:
+            target = _locator(session, page, args.ref)
+        else:
+            target = page.get_by_text(args.text or "").first
+        await target.wait_for(state="visible", timeout=args.timeout_ms)
+        return {"found": True, "url": page.url}
+
+    return await session.run(ctx, act)
+
+
+async def screenshot(ctx: ToolContext, _args: ScreenshotInput) -> dict[str, Any]:
+    session = await _session(ctx)
+    shot = await session.run(ctx, lambda page: page.screenshot(type="png", timeout=10_000))
+    ref = await ctx.service(BrowserPool).sink.put_artifact(
+        ctx.identity, shot, "screenshot.png", "image/png"
+    )
+    return {"artifact": ref.public(), "url": session.url}
+
+
+def register(registry: Registry, settings: Settings) -> None:
+    snapshot_bytes = max(64 * 1024, settings.browser_snapshot_max_chars * 4 + 4096)
+    read = ToolAnnotations(read_only=True, untrusted_content=True)
+    act = ToolAnnotations(untrusted_content=True)
+    specs: list[tuple[str, str, str, type[BaseModel], Any, ToolAnnotations, bool, int]] = [
+        (
+            "browser.navigate",
+            "Open a page",
+            "Open a URL of the task's sandbox app in the task's own browser.",
+            NavigateInput,
+            navigate,
+            act,
+            False,
+            64 * 1024,
+        ),
+        (
+            "browser.snapshot",
+            "Read the page",
+            "An accessibility snapshot of the current page with element refs "
+            "(refs belong to this snapshot only).",
+            SnapshotInput,
+            snapshot,
+            read,
+            False,
+            snapshot_bytes,
+        ),
+        (
+            "browser.click",
+            "Click an element",
+            "Click the element a ref from the latest snapshot names.",
+            ClickInput,
+            click,
+            act,
+            True,
+            16 * 1024,
+        ),
+        (
+            "browser.fill",
+            "Fill a field",
+            "Replace the value of the text field a ref names.",
+            FillInput,
+            fill,
+            act,
+            True,
+            16 * 1024,
+        ),
+        (
+            "browser.press",
+            "Press a key",
+            "Press a key, on the element a ref names or on the focused one.",
+            PressInput,
+            press,
+            act,
+            True,
+            16 * 1024,
+        ),
+        (
+            "browser.wait_for",
+            "Wait for text or an element",
+            "Wait until a text, or the element a ref names, is visible.",
+            WaitForInput,
+            wait_for,
+            read,
+            False,
+            16 * 1024,
+        ),
+        (
+            "browser.screenshot",
+            "Take a screenshot",
+            "A PNG of the visible page, kept as an artifact of the task.",
+            ScreenshotInput,
+            screenshot,
+            ToolAnnotations(read_only=True),
+            False,
+            16 * 1024,
+        ),
+    ]
+    for name, title, description, model, handler, hints, effects, limit in specs:
+        registry.add(
+            Tool(
+                name=name,
+                title=title,
+                description=description,
+                input_model=model,
+                handler=handler,
+                scopes=frozenset({SCOPE}),
+                annotations=hints,
+                max_output_bytes=limit,
+                timeout_s=45.0,
+                side_effects=effects,
+            )
+        )

@@ -1,0 +1,93 @@
+"""Fixtures of the task browser's tests: one Chromium for the session, the two-origin app,
+and gateways that share that Chromium (each test gets its own gateway and store)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest_asyncio
+
+from gateway.browser import BrowserPool, BrowserProcesses, install
+from gateway.identity import TaskIdentity
+from gateway.results import Door, ToolResult
+from gateway.runtime import Gateway
+from gateway.serving import serving
+from gateway.settings import Settings
+from gateway.tasks import TaskCreate
+from tests.browser.site import ForeignLog, allowed_app, foreign_app
+from tests.conftest import task_body
+
+
+def browser_settings(tmp: Path, **overrides: Any) -> Settings:
+    return Settings(
+        data_dir=tmp / "data",
+        secret_keys=["k-test-newest-0123456789abcdef"],
+        control_key="control-key-for-tests-0123456789",
+        example=False,
+        **overrides,
+    )
+
+
+@dataclass
+class Sites:
+    allowed: str
+    foreign: str
+    log: ForeignLog
+
+
+@pytest_asyncio.fixture(loop_scope="session", scope="session")
+async def sites() -> AsyncIterator[Sites]:
+    log = ForeignLog()
+    async with serving(foreign_app(log)) as foreign, serving(allowed_app(foreign)) as allowed:
+        yield Sites(allowed, foreign, log)
+
+
+@pytest_asyncio.fixture(loop_scope="session", scope="session")
+async def chromium(tmp_path_factory: Any) -> AsyncIterator[BrowserProcesses]:
+    processes = BrowserProcesses(browser_settings(tmp_path_factory.mktemp("chromium")))
+    await processes.start()
+    yield processes
+    await processes.close()
+
+
+@dataclass
+class BrowserGateway:
+    gw: Gateway
+    sites: Sites
+
+    @property
+    def pool(self) -> BrowserPool:
+        return self.gw.services.get(BrowserPool)
+
+    async def task(self, **kwargs: Any) -> TaskIdentity:
+        kwargs.setdefault("app_origin", self.sites.allowed)
+        kwargs.setdefault("scopes", ["browser"])
+        identity, _tokens = await self.gw.tasks.create(
+            TaskCreate.model_validate(task_body(**kwargs))
+        )
+        return identity
+
+    async def call(self, identity: TaskIdentity, tool: str, **args: Any) -> ToolResult:
+        return await self.gw.pipeline.call(identity, tool, args, door=Door.INTERNAL)
+
+    async def evidence(self, identity: TaskIdentity, kind: str) -> list[dict[str, Any]]:
+        records = await self.gw.store.evidence_for(identity.org_id, identity.task_id)
+        return [r for r in records if r.get("kind") == kind]
+
+
+@pytest_asyncio.fixture(loop_scope="session")
+async def browsers(
+    tmp_path: Path, sites: Sites, chromium: BrowserProcesses
+) -> AsyncIterator[BrowserGateway]:
+    gw = Gateway(browser_settings(tmp_path))
+    gw.services.provide(BrowserProcesses, chromium)
+    install(gw)
+    await gw.start()
+    sites.log.requests.clear()
+    try:
+        yield BrowserGateway(gw, sites)
+    finally:
+        await gw.stop()

@@ -1,0 +1,149 @@
+"""A small local app for the task browser's tests, served twice on loopback.
+
+The allowed copy has one page per way a page can try to leave its origin; the foreign
+copy logs every request it receives, because the test of the origin guard is that this
+log stays empty.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, RedirectResponse, Response
+from starlette.routing import Route
+
+
+def _page(title: str, body: str, head: str = "") -> HTMLResponse:
+    return HTMLResponse(
+        f"<!doctype html><html><head><title>{title}</title>{head}</head><body>{body}</body></html>"
+    )
+
+
+def allowed_app(foreign: str) -> Starlette:
+    """The sandbox's app; `foreign` is the origin it keeps trying to reach."""
+
+    async def home(_r: Request) -> Response:
+        return _page(
+            "Home",
+            "<h1>Agents</h1><a href='/second'>Second page</a>"
+            "<label>Name <input id='name'></label>"
+            "<button onclick=\"document.getElementById('out').textContent="
+            "'Saved ' + document.getElementById('name').value\">Save</button>"
+            "<p id='out'></p>",
+        )
+
+    async def second(_r: Request) -> Response:
+        return _page("Second", "<h1>Second page</h1><button>Other</button>")
+
+    async def redirect(_r: Request) -> Response:
+        return RedirectResponse(f"{foreign}/redirected", status_code=302)
+
+    async def location(_r: Request) -> Response:
+        return _page(
+            "Location",
+            f"<button onclick=\"location = '{foreign}/location'\">Leave</button>",
+        )
+
+    async def meta(_r: Request) -> Response:
+        return _page(
+            "Meta",
+            "<h1>Meta</h1>",
+            head=f"<meta http-equiv='refresh' content='0;url={foreign}/meta'>",
+        )
+
+    async def frame(_r: Request) -> Response:
+        return _page("Frame", f"<h1>Frame</h1><iframe src='{foreign}/frame'></iframe>")
+
+    async def subresource(_r: Request) -> Response:
+        return _page(
+            "Subresource",
+            f"<h1>Images</h1><img src='{foreign}/pixel.png' alt='pixel'>"
+            f"<script src='{foreign}/script.js'></script>",
+        )
+
+    async def form(_r: Request) -> Response:
+        return _page(
+            "Form",
+            f"<form method='post' action='{foreign}/collect'>"
+            "<input name='secret' value='s3cr3t'><button type='submit'>Send</button></form>",
+        )
+
+    async def popup(_r: Request) -> Response:
+        return _page("Popup", f"<button onclick=\"window.open('{foreign}/popup')\">Open</button>")
+
+    async def schemes(_r: Request) -> Response:
+        return _page(
+            "Schemes",
+            "<a href='data:text/html,<h1>data page</h1>'>Data link</a>"
+            "<button onclick=\"location = URL.createObjectURL(new Blob(['<h1>blob page</h1>'],"
+            " {type: 'text/html'}))\">Blob</button>"
+            f"<a href=\"javascript:location='{foreign}/js'\">Script link</a>"
+            f"<button onclick=\"location = '{foreign.replace('http:', 'https:')}/tls'\">"
+            "Secure</button>",
+        )
+
+    async def download(_r: Request) -> Response:
+        return _page("Download", "<a href='/file.bin'>Get the file</a>")
+
+    async def file(_r: Request) -> Response:
+        return Response(
+            b"\x00" * 64,
+            media_type="application/octet-stream",
+            headers={"content-disposition": "attachment; filename=file.bin"},
+        )
+
+    async def set_storage(request: Request) -> Response:
+        who = request.query_params.get("who", "x")
+        return _page(
+            "Set",
+            "<p id='v'></p><script>"
+            f"document.cookie = 'who={who}; path=/'; localStorage.setItem('who', '{who}');"
+            "document.getElementById('v').textContent = 'stored';</script>",
+        )
+
+    async def show_storage(_r: Request) -> Response:
+        return _page(
+            "Show",
+            "<p id='c'></p><p id='s'></p><script>"
+            "document.getElementById('c').textContent = 'cookie=' + (document.cookie || 'none');"
+            "document.getElementById('s').textContent = "
+            "'storage=' + (localStorage.getItem('who') || 'none');</script>",
+        )
+
+    return Starlette(
+        routes=[
+            Route("/", home),
+            Route("/second", second),
+            Route("/redirect", redirect),
+            Route("/location", location),
+            Route("/meta", meta),
+            Route("/frame", frame),
+            Route("/subresource", subresource),
+            Route("/form", form),
+            Route("/popup", popup),
+            Route("/schemes", schemes),
+            Route("/download", download),
+            Route("/file.bin", file),
+            Route("/set", set_storage),
+            Route("/show", show_storage),
+        ]
+    )
+
+
+@dataclass
+class ForeignLog:
+    requests: list[str] = field(default_factory=list)
+
+
+def foreign_app(log: ForeignLog) -> Starlette:
+    """A server no task may reach: it records everything it receives."""
+
+    async def anything(request: Request) -> Response:
+        log.requests.append(f"{request.method} {request.url.path}")
+        return _page("Foreign", "<h1>foreign page</h1>")
+
+    return Starlette(
+        routes=[Route("/{path:path}", anything, methods=["GET", "POST", "HEAD", "PUT"])]
+    )

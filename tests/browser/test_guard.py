@@ -1,0 +1,149 @@
+"""The origin guard, tried from the page's side: every way out is stopped before the
+foreign server sees a request, the page is never left on a foreign origin, the call that
+tried ends denied/origin_blocked, and the attempt is in the task's evidence."""
+
+from __future__ import annotations
+
+import pytest
+
+from gateway.origins import is_allowed
+from gateway.results import ToolStatus
+from tests.browser.conftest import BrowserGateway
+
+pytestmark = [pytest.mark.browser, pytest.mark.asyncio(loop_scope="session")]
+
+
+def _snapshot_refs(text: str, label: str) -> str:
+    for line in text.splitlines():
+        if label in line and "[ref=" in line:
+            return line.split("[ref=", 1)[1].split("]", 1)[0]
+    raise AssertionError(f"no element {label!r} in the snapshot:\n{text}")
+
+
+async def _click(b: BrowserGateway, identity: object, label: str) -> object:
+    snap = await b.call(identity, "browser.snapshot")  # type: ignore[arg-type]
+    assert snap.ok, snap
+    ref = _snapshot_refs(snap.output["snapshot"], label)
+    return await b.call(identity, "browser.click", ref=ref)  # type: ignore[arg-type]
+
+
+async def _page_is_allowed(b: BrowserGateway, identity: object) -> str:
+    session = b.pool.session(identity.task_id)  # type: ignore[attr-defined]
+    assert session is not None
+    url = session.page.url
+    assert url == "about:blank" or is_allowed(url, frozenset({b.sites.allowed})), url
+    return url
+
+
+async def test_server_redirect_to_foreign_is_stopped(browsers: BrowserGateway) -> None:
+    task = await browsers.task()
+    result = await browsers.call(task, "browser.navigate", url="/redirect")
+    assert result.status is ToolStatus.DENIED
+    assert result.error is not None and result.error.code == "origin_blocked"
+    assert browsers.sites.log.requests == []
+    await _page_is_allowed(browsers, task)
+    blocked = await browsers.evidence(task, "origin_blocked")
+    assert any(browsers.sites.foreign in r["data"]["target"] for r in blocked)
+    call = [r for r in await browsers.evidence(task, "call") if r["tool"] == "browser.navigate"]
+    assert call[0]["status"] == "denied"
+
+
+async def test_script_navigation_is_stopped(browsers: BrowserGateway) -> None:
+    task = await browsers.task()
+    assert (await browsers.call(task, "browser.navigate", url="/location")).ok
+    result = await _click(browsers, task, "Leave")
+    assert result.status is ToolStatus.DENIED  # type: ignore[attr-defined]
+    assert browsers.sites.log.requests == []
+    assert (await _page_is_allowed(browsers, task)).endswith("/location")
+
+
+async def test_meta_refresh_is_stopped(browsers: BrowserGateway) -> None:
+    task = await browsers.task()
+    first = await browsers.call(task, "browser.navigate", url="/meta")
+    # The refresh fires right after load: it is reported by this call or the next one.
+    second = await browsers.call(task, "browser.snapshot")
+    statuses = {first.status, second.status}
+    assert ToolStatus.DENIED in statuses, (first, second)
+    assert browsers.sites.log.requests == []
+    await _page_is_allowed(browsers, task)
+
+
+async def test_foreign_frame_and_subresources_never_load(browsers: BrowserGateway) -> None:
+    task = await browsers.task()
+    framed = await browsers.call(task, "browser.navigate", url="/frame")
+    assert framed.status is ToolStatus.DENIED
+    assert framed.error is not None and framed.error.code == "origin_blocked"
+    images = await browsers.call(task, "browser.navigate", url="/subresource")
+    # The page itself stays usable; the refused requests are evidence.
+    assert images.ok, images
+    assert browsers.sites.log.requests == []
+    targets = [r["data"]["target"] for r in await browsers.evidence(task, "origin_blocked")]
+    assert any(t.endswith("/frame") for t in targets)
+    assert any(t.endswith("/pixel.png") for t in targets)
+    assert any(t.endswith("/script.js") for t in targets)
+
+
+async def test_form_post_to_foreign_is_stopped(browsers: BrowserGateway) -> None:
+    task = await browsers.task()
+    assert (await browsers.call(task, "browser.navigate", url="/form")).ok
+    result = await _click(browsers, task, "Send")
+    assert result.status is ToolStatus.DENIED  # type: ignore[attr-defined]
+    assert browsers.sites.log.requests == []
+    assert (await _page_is_allowed(browsers, task)).endswith("/form")
+
+
+async def test_foreign_popup_is_closed_unloaded(browsers: BrowserGateway) -> None:
+    task = await browsers.task()
+    assert (await browsers.call(task, "browser.navigate", url="/popup")).ok
+    result = await _click(browsers, task, "Open")
+    assert result.status is ToolStatus.DENIED  # type: ignore[attr-defined]
+    assert browsers.sites.log.requests == []
+    session = browsers.pool.session(task.task_id)
+    assert session is not None
+    assert session.context.pages == [session.page]
+
+
+async def test_navigate_refuses_other_schemes_and_origins(browsers: BrowserGateway) -> None:
+    task = await browsers.task()
+    for url in (
+        "javascript:alert(1)",
+        "data:text/html,<h1>x</h1>",
+        "blob:" + browsers.sites.allowed + "/x",
+        "file:///etc/passwd",
+        browsers.sites.foreign + "/direct",
+        "//" + browsers.sites.foreign.split("//", 1)[1] + "/relative",
+        browsers.sites.allowed.replace("127.0.0.1", "2130706433"),
+        browsers.sites.allowed.replace("http://", "http://user@"),
+    ):
+        result = await browsers.call(task, "browser.navigate", url=url)
+        assert result.status is ToolStatus.DENIED, url
+        assert result.error is not None and result.error.code == "origin_blocked"
+    assert browsers.sites.log.requests == []
+    # No context was even needed to refuse them.
+    assert browsers.pool.session(task.task_id) is None
+
+
+async def test_page_made_scheme_navigations_are_stopped(browsers: BrowserGateway) -> None:
+    task = await browsers.task()
+    for label in ("Data link", "Blob", "Script link", "Secure"):
+        # A refusal the page caused after the last call is reported by the next one.
+        await browsers.call(task, "browser.navigate", url="/schemes")
+        assert (await browsers.call(task, "browser.navigate", url="/schemes")).ok
+        await _click(browsers, task, label)
+        await browsers.call(task, "browser.snapshot")
+        await _page_is_allowed(browsers, task)
+    assert browsers.sites.log.requests == []
+    kinds = {r["data"]["kind"] for r in await browsers.evidence(task, "origin_blocked")}
+    # The https link's refused tunnel left an error page: it was taken away.
+    assert {"navigation_refused", "tunnel_refused", "navigation_blocked"} <= kinds
+
+
+async def test_download_is_refused(browsers: BrowserGateway) -> None:
+    task = await browsers.task()
+    assert (await browsers.call(task, "browser.navigate", url="/download")).ok
+    result = await _click(browsers, task, "Get the file")
+    second = await browsers.call(task, "browser.snapshot")
+    assert ToolStatus.DENIED in {result.status, second.status}  # type: ignore[attr-defined]
+    kinds = {r["data"]["kind"] for r in await browsers.evidence(task, "origin_blocked")}
+    assert "download_blocked" in kinds
+    assert not list((browsers.gw.settings.data_dir).rglob("file.bin"))

@@ -1,0 +1,78 @@
+"""The browser's origin policy and snapshot refs, without a browser."""
+
+from __future__ import annotations
+
+import pytest
+
+from gateway.browser.policy import page_url_allowed, resolve_target
+from gateway.browser.snapshot import build_snapshot, resolve_ref
+from gateway.errors import ToolFailure
+from gateway.identity import Sandbox
+
+SANDBOX = Sandbox(
+    id="sb", app_origin="http://127.0.0.1:8001", allowed_origins=("https://cdn.example",)
+)
+
+
+def test_paths_resolve_against_the_app_origin() -> None:
+    assert resolve_target("/agents?x=1", SANDBOX) == "http://127.0.0.1:8001/agents?x=1"
+    assert resolve_target("https://cdn.example/a", SANDBOX) == "https://cdn.example/a"
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "javascript:alert(1)",
+        " JavaScript:alert(1)",
+        "data:text/html,x",
+        "blob:http://127.0.0.1:8001/uuid",
+        "file:///etc/passwd",
+        "//evil.example/x",
+        "http://evil.example/",
+        "http://127.0.0.1:8002/",
+        "https://127.0.0.1:8001/",
+        "http://127.0.0.1:8001\\@evil.example/",
+        "http://127.0.0.1:8001@evil.example/",
+        "http://2130706433:8001/",
+        "http://127.0.0.1:8001/\nx",
+        "agents",
+        "",
+    ],
+)
+def test_everything_else_is_origin_blocked(url: str) -> None:
+    with pytest.raises(ToolFailure) as caught:
+        resolve_target(url, SANDBOX)
+    assert caught.value.code == "origin_blocked"
+
+
+def test_page_urls() -> None:
+    origins = SANDBOX.origins
+    assert page_url_allowed("about:blank", origins)
+    assert page_url_allowed("http://127.0.0.1:8001/x#y", origins)
+    assert not page_url_allowed("about:srcdoc", origins)
+    assert not page_url_allowed("chrome-error://chromewebdata/", origins)
+    assert not page_url_allowed("blob:http://127.0.0.1:8001/u", origins)
+    assert not page_url_allowed("http://127.0.0.1:8002/", origins)
+
+
+RAW = '- heading "A" [ref=e1]\n- button "Go" [ref=e2]\n- link "L" [ref=e3]'
+
+
+def test_refs_belong_to_their_snapshot() -> None:
+    snap = build_snapshot(RAW, seq=4, document=2, max_chars=10_000)
+    assert "[ref=s4.e2]" in snap.text
+    assert resolve_ref("s4.e2", snap, 2) == "e2"
+    for ref, document in (("s3.e2", 2), ("s4.e2", 3), ("s4.e9", 2)):
+        with pytest.raises(ToolFailure) as caught:
+            resolve_ref(ref, snap, document)
+        assert caught.value.code == "stale_target"
+    with pytest.raises(ToolFailure) as caught:
+        resolve_ref("e2", snap, 2)
+    assert caught.value.code == "invalid_input"
+
+
+def test_a_cut_snapshot_hands_out_only_the_refs_it_shows() -> None:
+    snap = build_snapshot(RAW, seq=1, document=0, max_chars=45)
+    assert snap.truncated
+    assert snap.refs == {"e1"}
+    assert "e2" not in snap.text

@@ -1,0 +1,173 @@
+"""The browser tools through the pipeline: isolation between tasks, snapshot-bound refs,
+the page each call acted on, and contexts that do not outlive their task."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import httpx
+import pytest
+
+from gateway.app import build_app
+from gateway.browser import BrowserPool, BrowserProcesses, install
+from gateway.http import tasks as task_routes
+from gateway.results import ToolStatus
+from gateway.runtime import Gateway
+from gateway.serving import serving
+from gateway.tokens import Purpose
+from tests.browser.conftest import BrowserGateway, Sites, browser_settings
+from tests.browser.test_guard import _snapshot_refs
+from tests.conftest import task_body
+
+pytestmark = [pytest.mark.browser, pytest.mark.asyncio(loop_scope="session")]
+
+
+async def test_tasks_do_not_see_each_others_cookies_or_storage(browsers: BrowserGateway) -> None:
+    a, b = await browsers.task(org="org_a"), await browsers.task(org="org_b")
+    assert (await browsers.call(a, "browser.navigate", url="/set?who=alice")).ok
+    assert (await browsers.call(a, "browser.navigate", url="/show")).ok
+    seen_a = (await browsers.call(a, "browser.snapshot")).output["snapshot"]
+    assert "cookie=who=alice" in seen_a and "storage=alice" in seen_a
+    assert (await browsers.call(b, "browser.navigate", url="/show")).ok
+    seen_b = (await browsers.call(b, "browser.snapshot")).output["snapshot"]
+    assert "cookie=none" in seen_b and "storage=none" in seen_b
+    session_a, session_b = browsers.pool.session(a.task_id), browsers.pool.session(b.task_id)
+    assert session_a is not None and session_b is not None
+    assert session_a.context is not session_b.context
+
+
+async def test_snapshot_click_fill_press_wait_and_screenshot(browsers: BrowserGateway) -> None:
+    task = await browsers.task()
+    nav = await browsers.call(task, "browser.navigate", url="/")
+    assert nav.ok and nav.output["title"] == "Home"
+    snap = await browsers.call(task, "browser.snapshot")
+    text = snap.output["snapshot"]
+    assert 'heading "Agents"' in text
+    field, save = _snapshot_refs(text, "textbox"), _snapshot_refs(text, "Save")
+    assert (await browsers.call(task, "browser.fill", ref=field, value="Ada")).ok
+    assert (await browsers.call(task, "browser.press", ref=field, key="End")).ok
+    assert (await browsers.call(task, "browser.click", ref=save)).ok
+    waited = await browsers.call(task, "browser.wait_for", text="Saved Ada", timeout_ms=3000)
+    assert waited.ok, waited
+    missing = await browsers.call(task, "browser.wait_for", text="never shown", timeout_ms=200)
+    assert missing.status is ToolStatus.TIMEOUT
+    shot = await browsers.call(task, "browser.screenshot")
+    assert shot.ok
+    ref = await browsers.gw.store.get_artifact(shot.output["artifact"]["artifact_id"])
+    assert ref.task_id == task.task_id and ref.org_id == task.org_id
+    assert (await browsers.gw.store.read_artifact(ref)).startswith(b"\x89PNG")
+    calls = await browsers.evidence(task, "call")
+    assert all(c["context"]["page"].startswith(browsers.sites.allowed) for c in calls)
+
+
+async def test_refs_go_stale_when_the_page_navigates(browsers: BrowserGateway) -> None:
+    task = await browsers.task()
+    assert (await browsers.call(task, "browser.navigate", url="/")).ok
+    old = _snapshot_refs((await browsers.call(task, "browser.snapshot")).output["snapshot"], "Save")
+    link = _snapshot_refs(
+        (await browsers.call(task, "browser.snapshot")).output["snapshot"], "Second"
+    )
+    # The first snapshot's refs are replaced by the second's.
+    stale = await browsers.call(task, "browser.click", ref=old)
+    assert stale.error is not None and stale.error.code == "stale_target"
+    assert (await browsers.call(task, "browser.click", ref=link)).ok
+    session = browsers.pool.session(task.task_id)
+    assert session is not None and session.url.endswith("/second")
+    # The same ref name exists on the new page; the old ref still does not resolve there.
+    again = await browsers.call(task, "browser.click", ref=link)
+    assert again.status is ToolStatus.FAILED
+    assert again.error is not None and again.error.code == "stale_target"
+    fresh = await browsers.call(task, "browser.snapshot")
+    assert "Second page" in fresh.output["snapshot"]
+
+
+async def test_ending_the_task_closes_its_context(browsers: BrowserGateway) -> None:
+    tasks = [await browsers.task() for _ in range(3)]
+    for task in tasks:
+        assert (await browsers.call(task, "browser.navigate", url="/")).ok
+    assert browsers.pool.live_count() == 3
+    contexts = [browsers.pool.session(t.task_id).context for t in tasks]  # type: ignore[union-attr]
+    for task in tasks:
+        await browsers.gw.tasks.end(task.task_id)
+    assert browsers.pool.live_count() == 0
+    for context in contexts:
+        assert context not in browsers.gw.services.get(BrowserProcesses).live()[0].browser.contexts
+    ended = await browsers.call(tasks[0], "browser.snapshot")
+    assert ended.status is ToolStatus.DENIED
+    assert browsers.pool.probe(tasks[0].task_id) == {"state": "closed"}
+    closed = await browsers.evidence(tasks[0], "browser_closed")
+    assert closed and closed[0]["data"]["reason"]
+
+
+async def test_past_the_bound_a_call_is_unavailable_not_stuck(
+    tmp_path: Path, sites: Sites, chromium: BrowserProcesses
+) -> None:
+    gw = Gateway(browser_settings(tmp_path, max_contexts=2))
+    gw.services.provide(BrowserProcesses, chromium)
+    install(gw)
+    await gw.start()
+    try:
+        b = BrowserGateway(gw, sites)
+        t1, t2, t3 = await b.task(), await b.task(), await b.task()
+        assert (await b.call(t1, "browser.navigate", url="/")).ok
+        assert (await b.call(t2, "browser.navigate", url="/")).ok
+        refused = await b.call(t3, "browser.navigate", url="/")
+        assert refused.status is ToolStatus.UNAVAILABLE
+        assert refused.error is not None
+        assert refused.error.code == "browser_unavailable" and refused.error.retryable
+        await gw.tasks.end(t1.task_id)
+        assert (await b.call(t3, "browser.navigate", url="/")).ok
+    finally:
+        await gw.stop()
+
+
+async def test_warm_stock_hands_each_context_to_one_task(
+    tmp_path: Path, sites: Sites, chromium: BrowserProcesses
+) -> None:
+    gw = Gateway(browser_settings(tmp_path, browser_warm_contexts=2, max_contexts=4))
+    gw.services.provide(BrowserProcesses, chromium)
+    install(gw)
+    await gw.start()
+    try:
+        pool = gw.services.get(BrowserPool)
+        b = BrowserGateway(gw, sites)
+        await pool._warming  # type: ignore[misc]  # let the stock fill
+        assert pool.warm_count() == 2
+        stocked = {id(s.context) for s in pool._warm}
+        t1, t2 = await b.task(), await b.task()
+        assert (await b.call(t1, "browser.navigate", url="/set?who=one")).ok
+        assert (await b.call(t2, "browser.navigate", url="/show")).ok
+        s1, s2 = pool.session(t1.task_id), pool.session(t2.task_id)
+        assert s1 is not None and s2 is not None
+        assert {id(s1.context), id(s2.context)} == stocked
+        assert "cookie=none" in (await b.call(t2, "browser.snapshot")).output["snapshot"]
+        await gw.tasks.end(t1.task_id)
+        await gw.tasks.end(t2.task_id)
+        assert pool.live_count() == 0
+    finally:
+        await gw.stop()
+
+
+async def test_task_route_shows_the_browser_state(
+    tmp_path: Path, sites: Sites, chromium: BrowserProcesses
+) -> None:
+    settings = browser_settings(tmp_path)
+    gw = Gateway(settings)
+    gw.services.provide(BrowserProcesses, chromium)
+    app = build_app(gateway=gw, extensions=[task_routes.routes, install])
+    async with serving(app) as base, httpx.AsyncClient(base_url=base) as http:
+        control = {"authorization": f"Bearer {settings.control_key}"}
+        body = task_body(app_origin=sites.allowed, scopes=["browser"])
+        created = (await http.post("/v1/tasks", json=body, headers=control)).json()
+        task_id = created["task_id"]
+        assert (await http.get(f"/v1/tasks/{task_id}", headers=control)).json()["browser"] == {
+            "state": "none"
+        }
+        identity = await gw.tasks.authenticate(created["tokens"]["agent"], Purpose.AGENT)
+        assert (await BrowserGateway(gw, sites).call(identity, "browser.navigate", url="/")).ok
+        state = (await http.get(f"/v1/tasks/{task_id}", headers=control)).json()["browser"]
+        assert state["state"] == "live" and state["url"] == sites.allowed + "/"
+        assert (await http.delete(f"/v1/tasks/{task_id}", headers=control)).status_code == 200
+        state = (await http.get(f"/v1/tasks/{task_id}", headers=control)).json()["browser"]
+        assert state == {"state": "closed"}
+        assert gw.services.get(BrowserPool).live_count() == 0
