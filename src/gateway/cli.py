@@ -26,11 +26,16 @@ def _serve(args: argparse.Namespace) -> int:
     settings = Settings(**overrides)  # type: ignore[arg-type]
     for note in settings.ensure_secrets():
         print(f"gateway: {note}", flush=True)
-    app = build_app(settings)
     print(
         f"gateway: serving on {settings.base_url} (data in {settings.data_dir.resolve()})",
         flush=True,
     )
+    if settings.example:
+        # The example dashboard and its sandbox instance run in this process, beside us.
+        from examples.synthetic_app.serve import run as serve_with_example
+
+        return serve_with_example(settings)
+    app = build_app(settings)
     uvicorn.run(
         app,
         host=settings.host,

@@ -1,0 +1,1 @@
+"""Example host apps that ship with the gateway."""

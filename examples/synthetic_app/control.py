@@ -1,0 +1,140 @@
+"""The dashboard backend as the gateway's control plane.
+
+Opening the assistant panel creates a task on the gateway for the signed-in user, with the
+identity the dashboard knows to be true (actor, role, organization) and the sandbox it
+assigns (the second app instance). The control key never leaves this backend; the page
+receives only its tab token, in a same-origin JSON answer behind the session cookie. The
+agent and bridge tokens stay here too, for whoever the dashboard lets act as the agent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+import httpx
+
+from examples.synthetic_app.directory import User
+
+# What a task of the dashboard may do: its own product tools, the tab's UI actions and the
+# task browser. Saving a draft additionally needs the admin role (the tool says so).
+TASK_SCOPES = ("agents:read", "agents:write", "evals:read", "evals:run", "ui", "browser")
+TASK_TTL_S = 900
+# A task this close to its end is replaced rather than handed out again.
+RENEW_MARGIN_S = 60
+
+
+@dataclass(frozen=True)
+class AssistantTask:
+    task_id: str
+    user_id: str
+    org_id: str
+    expires_at: float
+    tokens: dict[str, str] = field(repr=False)
+
+    @property
+    def tab_token(self) -> str:
+        return self.tokens["tab"]
+
+    @property
+    def agent_token(self) -> str:
+        return self.tokens["agent"]
+
+    def fresh(self, now: float) -> bool:
+        return now < self.expires_at - RENEW_MARGIN_S
+
+
+class ControlPlaneError(RuntimeError):
+    pass
+
+
+class ControlPlane:
+    def __init__(
+        self,
+        gateway_url: str,
+        control_key: str,
+        *,
+        sandbox_origin: str,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
+        self.gateway_url = gateway_url.rstrip("/")
+        self.sandbox_origin = sandbox_origin
+        self._control_key = control_key
+        self._transport = transport
+        # Tasks by the dashboard session that opened them.
+        self._by_session: dict[str, AssistantTask] = {}
+        self._lock = asyncio.Lock()
+
+    def _client(self) -> httpx.AsyncClient:
+        return httpx.AsyncClient(
+            base_url=self.gateway_url,
+            headers={"authorization": f"Bearer {self._control_key}"},
+            timeout=10.0,
+            transport=self._transport,
+        )
+
+    async def task_for(self, session_id: str, user: User) -> AssistantTask:
+        """The session's live task, or a new one for this user."""
+        async with self._lock:
+            current = self._by_session.get(session_id)
+            if current is not None and current.user_id == user.id and current.fresh(time.time()):
+                return current
+            task = await self._create(user)
+            self._by_session[session_id] = task
+        if current is not None:
+            await self._end(current.task_id)
+        return task
+
+    def latest_for_user(self, user_id: str) -> AssistantTask | None:
+        """The newest live task opened by this user (used by the demo's agent side)."""
+        now = time.time()
+        tasks = [t for t in self._by_session.values() if t.user_id == user_id and t.fresh(now)]
+        return max(tasks, key=lambda t: t.expires_at, default=None)
+
+    async def end_session(self, session_id: str) -> None:
+        task = self._by_session.pop(session_id, None)
+        if task is not None:
+            await self._end(task.task_id)
+
+    async def close(self) -> None:
+        for session_id in list(self._by_session):
+            await self.end_session(session_id)
+
+    async def _create(self, user: User) -> AssistantTask:
+        body: dict[str, Any] = {
+            "actor": {"id": user.id, "role": user.role},
+            "org_id": user.org_id,
+            "sandbox": {
+                "id": f"sb_synthetic_{user.org_id}",
+                "app_origin": self.sandbox_origin,
+                "allowed_origins": [],
+            },
+            "scopes": list(TASK_SCOPES),
+            "ttl_s": TASK_TTL_S,
+        }
+        try:
+            async with self._client() as client:
+                response = await client.post("/v1/tasks", json=body)
+        except httpx.HTTPError as exc:
+            raise ControlPlaneError(f"the gateway is unreachable: {type(exc).__name__}") from exc
+        if response.status_code != 201:
+            raise ControlPlaneError(f"the gateway refused the task ({response.status_code})")
+        answer = response.json()
+        return AssistantTask(
+            task_id=answer["task_id"],
+            user_id=user.id,
+            org_id=user.org_id,
+            expires_at=datetime.fromisoformat(answer["expires_at"]).timestamp(),
+            tokens=dict(answer["tokens"]),
+        )
+
+    async def _end(self, task_id: str) -> None:
+        try:
+            async with self._client() as client:
+                await client.delete(f"/v1/tasks/{task_id}")
+        except httpx.HTTPError:
+            # The task expires on its own; ending it early is a courtesy.
+            pass

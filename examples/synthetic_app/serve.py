@@ -1,0 +1,164 @@
+"""Running the example next to the gateway: one process, three origins.
+
+- the gateway (`settings.port`, default 8000), with the example's product tools installed;
+- the dashboard (`settings.example_port`, default 8001), where the user signs in; its
+  backend is the control plane and its origin is allowed to open tab channels;
+- the sandbox instance (the next port, default 8002): the same app with its own data file,
+  the "application at a fixed commit" that a task's browser is assigned to.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import secrets
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import uvicorn
+from starlette.applications import Starlette
+
+from examples.synthetic_app.control import ControlPlane
+from examples.synthetic_app.directory import DEMO_ADMIN, USERS
+from examples.synthetic_app.tools import install_product_tools
+from examples.synthetic_app.web import AppConfig, SyntheticApp
+from gateway.app import Extension, build_app, default_extensions
+from gateway.runtime import Gateway
+from gateway.serving import free_port, serving
+from gateway.settings import Settings
+
+
+@dataclass
+class ExampleStack:
+    gateway: Gateway
+    gateway_app: Starlette
+    dashboard: SyntheticApp
+    sandbox: SyntheticApp
+    gateway_url: str
+    dashboard_url: str
+    sandbox_url: str
+
+
+def gateway_extensions() -> list[Extension]:
+    """The full gateway's extensions, with the tab channel the dashboard needs."""
+    from gateway.tabs import install as install_tabs
+
+    extensions = default_extensions()
+    if install_tabs not in extensions:
+        extensions.append(install_tabs)
+    return extensions
+
+
+def _secret(path: Path) -> str:
+    """The app instance's cookie-signing key, kept across restarts (mode 0600)."""
+    if path.exists() and path.read_text().strip():
+        return path.read_text().strip()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    value = secrets.token_urlsafe(32)
+    with os.fdopen(fd, "w") as fh:
+        fh.write(value + "\n")
+    return value
+
+
+def build_stack(
+    settings: Settings,
+    *,
+    gateway_url: str,
+    dashboard_url: str,
+    sandbox_url: str,
+    step_s: float = 0.4,
+) -> ExampleStack:
+    """Compose the gateway and both app instances (nothing is started or served yet)."""
+    settings.ensure_secrets()
+    assert settings.control_key is not None
+    origins = [dashboard_url]
+    if "://127.0.0.1:" in dashboard_url:
+        # The same dashboard opened as localhost is another origin; allow both spellings.
+        origins.append(dashboard_url.replace("://127.0.0.1:", "://localhost:"))
+    settings.dashboard_origins = list(dict.fromkeys([*settings.dashboard_origins, *origins]))
+    home = settings.data_dir / "example"
+    control = ControlPlane(gateway_url, settings.control_key, sandbox_origin=sandbox_url)
+    dashboard = SyntheticApp(
+        AppConfig(
+            "dashboard",
+            home / "dashboard.db",
+            _secret(home / "dashboard.key"),
+            control=control,
+            step_s=step_s,
+        )
+    )
+    sandbox = SyntheticApp(
+        AppConfig("sandbox", home / "sandbox.db", _secret(home / "sandbox.key"), step_s=step_s)
+    )
+    gw = Gateway(settings)
+    install_product_tools(gw, dashboard)
+    gateway_app = build_app(gateway=gw, extensions=gateway_extensions())
+    return ExampleStack(
+        gw, gateway_app, dashboard, sandbox, gateway_url, dashboard_url, sandbox_url
+    )
+
+
+@contextlib.asynccontextmanager
+async def running_stack(
+    settings: Settings, *, host: str = "127.0.0.1", step_s: float = 0.4
+) -> AsyncIterator[ExampleStack]:
+    """Serve the gateway and both instances on free loopback ports until the block ends."""
+    ports = [free_port(host) for _ in range(3)]
+    urls = [f"http://{host}:{port}" for port in ports]
+    stack = build_stack(
+        settings, gateway_url=urls[0], dashboard_url=urls[1], sandbox_url=urls[2], step_s=step_s
+    )
+    async with (
+        serving(stack.gateway_app, host=host, port=ports[0]),
+        serving(stack.dashboard.asgi(), host=host, port=ports[1]),
+        serving(stack.sandbox.asgi(), host=host, port=ports[2]),
+    ):
+        yield stack
+
+
+def sign_in_help(dashboard_url: str) -> str:
+    users = ", ".join(f"{u.id} ({u.role}, {u.org_id})" for u in USERS.values())
+    return (
+        f"example: dashboard on {dashboard_url}/ - sign in by picking a synthetic user "
+        f"(no password): {users}; the demo admin is '{DEMO_ADMIN}'. "
+        "Open the assistant panel on any page."
+    )
+
+
+async def serve_with_example(settings: Settings) -> None:
+    """`gateway serve` with the example: the gateway in front, both instances beside it."""
+    host = settings.host
+    dashboard_port = settings.example_port or free_port(host)
+    sandbox_port = dashboard_port + 1 if settings.example_port else free_port(host)
+    stack = build_stack(
+        settings,
+        gateway_url=settings.base_url,
+        dashboard_url=f"http://{host}:{dashboard_port}",
+        sandbox_url=f"http://{host}:{sandbox_port}",
+    )
+    main = uvicorn.Server(
+        uvicorn.Config(
+            stack.gateway_app,
+            host=host,
+            port=settings.port,
+            log_level="info",
+            ws_max_size=1024 * 1024,
+            proxy_headers=False,
+        )
+    )
+    async with (
+        serving(stack.dashboard.asgi(), host=host, port=dashboard_port),
+        serving(stack.sandbox.asgi(), host=host, port=sandbox_port),
+    ):
+        print(sign_in_help(stack.dashboard_url), flush=True)
+        print(f"example: sandbox instance on {stack.sandbox_url}/", flush=True)
+        await main.serve()
+
+
+def run(settings: Settings) -> int:
+    with contextlib.suppress(KeyboardInterrupt):
+        asyncio.run(serve_with_example(settings))
+    return 0

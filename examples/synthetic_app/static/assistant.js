@@ -1,0 +1,283 @@
+// The assistant panel: connects this tab to the gateway with the task's tab token and
+// applies the agent's UI actions with the page's own handlers. Every value the agent
+// sends is shown with textContent; views are reached through the path table in nav.js.
+import { currentView, followRun, navigate, onViewChange, pathOf } from "./nav.js";
+
+const LOG_KEY = "assistant.log";
+const OPEN_KEY = "assistant.open";
+const MAX_LOG = 60;
+
+function $(panel, selector) {
+  return panel.querySelector(selector);
+}
+
+function loadLog() {
+  try {
+    const entries = JSON.parse(sessionStorage.getItem(LOG_KEY) || "[]");
+    return Array.isArray(entries) ? entries.slice(-MAX_LOG) : [];
+  } catch {
+    return [];
+  }
+}
+
+function short(value) {
+  const text = typeof value === "string" ? value : JSON.stringify(value ?? {});
+  return text.length > 160 ? `${text.slice(0, 157)}...` : text;
+}
+
+export function startAssistant(panel, gatewayUrl) {
+  const status = $(panel, '[data-testid="assistant-status"]');
+  const openButton = $(panel, '[data-testid="assistant-open"]');
+  const taskLine = $(panel, '[data-testid="assistant-task"]');
+  const logList = $(panel, '[data-testid="assistant-log"]');
+  const progress = $(panel, '[data-testid="assistant-progress"]');
+  const proposal = $(panel, '[data-testid="assistant-proposal"]');
+  let entries = loadLog();
+  let session = null;
+  let opening = null;
+
+  function setStatus(text) {
+    status.textContent = text;
+    panel.dataset.state = text;
+  }
+
+  function renderEntry(entry) {
+    const item = document.createElement("li");
+    item.dataset.action = entry.action;
+    item.dataset.outcome = entry.outcome;
+    const head = document.createElement("strong");
+    head.textContent = entry.action;
+    const args = document.createElement("span");
+    args.className = "args";
+    args.textContent = ` ${entry.args}`;
+    const result = document.createElement("div");
+    result.className = `outcome outcome-${entry.outcome}`;
+    result.textContent = entry.outcome === "pending" ? "..." : `${entry.outcome}: ${entry.result}`;
+    item.append(head, args, result);
+    return item;
+  }
+
+  function renderLog() {
+    logList.replaceChildren(...entries.map(renderEntry));
+  }
+
+  function record(entry) {
+    entries = [...entries, entry].slice(-MAX_LOG);
+    sessionStorage.setItem(LOG_KEY, JSON.stringify(entries));
+    renderLog();
+  }
+
+  // Each handler is logged as the action arrives and again with its result.
+  function logged(action, handler) {
+    return async (args = {}) => {
+      const entry = { action, args: short(args), outcome: "pending", result: "" };
+      record(entry);
+      try {
+        const result = await handler(args);
+        entry.outcome = "ok";
+        entry.result = short(result);
+        return result;
+      } catch (error) {
+        entry.outcome = "error";
+        entry.result = short(error && error.message);
+        throw error;
+      } finally {
+        sessionStorage.setItem(LOG_KEY, JSON.stringify(entries));
+        renderLog();
+      }
+    };
+  }
+
+  function showProgress(runId) {
+    let box = progress.querySelector(`[data-run-id="${CSS.escape(runId)}"]`);
+    if (box) return box;
+    box = document.createElement("div");
+    box.className = "run-progress";
+    box.dataset.runId = runId;
+    box.dataset.testid = "run-progress";
+    const title = document.createElement("div");
+    title.className = "run-title";
+    title.textContent = `Run ${runId}`;
+    const state = document.createElement("div");
+    state.className = "run-state";
+    state.textContent = "queued";
+    const bar = document.createElement("progress");
+    bar.max = 1;
+    bar.value = 0;
+    const list = document.createElement("ul");
+    box.append(title, state, bar, list);
+    progress.prepend(box);
+    followRun(
+      runId,
+      (run, code) => {
+        if (!run) {
+          state.textContent = `unavailable (${code})`;
+          return;
+        }
+        const done = run.scenarios.filter((s) => !["pending", "running"].includes(s.state));
+        state.textContent = run.terminal ? `${run.state} (terminal)` : run.state;
+        box.dataset.state = run.state;
+        bar.max = run.scenarios.length || 1;
+        bar.value = done.length;
+        list.replaceChildren(
+          ...run.scenarios.map((s) => {
+            const li = document.createElement("li");
+            li.dataset.state = s.state;
+            li.textContent = `${s.name}: ${s.state}${s.reason ? ` (${s.reason})` : ""}`;
+            return li;
+          }),
+        );
+      },
+      () => box.isConnected,
+    );
+    return box;
+  }
+
+  async function goTo(view, params) {
+    const outcome = await navigate(pathOf(view, params));
+    if (!outcome.applied) throw new Error("the view could not be opened");
+    return currentView();
+  }
+
+  const actions = {
+    open_view: logged("open_view", async ({ view, params }) => {
+      const shown = await goTo(view, params || {});
+      return { view: shown.view, params: shown.params };
+    }),
+    populate_draft: logged("populate_draft", async ({ agent_id, fields }) => {
+      const here = currentView();
+      const onBuilder =
+        here.view === "agent_builder" && (here.params.agent_id || null) === (agent_id || null);
+      if (!onBuilder) await goTo("agent_builder", agent_id ? { agent_id } : {});
+      const form = document.querySelector('[data-testid="builder-form"]');
+      if (!form) throw new Error("the builder is not open");
+      const applied = [];
+      if (fields.name != null) {
+        form.elements.name.value = fields.name;
+        applied.push("name");
+      }
+      if (fields.instructions != null) {
+        form.elements.instructions.value = fields.instructions;
+        applied.push("instructions");
+      }
+      if (fields.model != null) {
+        const select = form.elements.model;
+        if (![...select.options].some((o) => o.value === fields.model)) {
+          throw new Error(`unknown model ${String(fields.model).slice(0, 64)}`);
+        }
+        select.value = fields.model;
+        applied.push("model");
+      }
+      if (Array.isArray(fields.tools)) {
+        for (const box of form.querySelectorAll('input[name="tools"]')) {
+          box.checked = fields.tools.includes(box.value);
+        }
+        applied.push("tools");
+      }
+      const note = document.querySelector('[data-testid="populated-note"]');
+      if (note) note.hidden = false;
+      return { agent_id: agent_id || null, applied, view: "agent_builder" };
+    }),
+    show_run_progress: logged("show_run_progress", async ({ run_id }) => {
+      showProgress(run_id);
+      return { run_id, shown: true };
+    }),
+    display_proposed_change: logged("display_proposed_change", async (change) => {
+      $(proposal, ".proposal-title").textContent = change.title;
+      $(proposal, ".proposal-summary").textContent = change.summary || "";
+      $(proposal, ".proposal-diff").textContent = change.diff || "";
+      proposal.hidden = false;
+      return { shown: true };
+    }),
+  };
+
+  // The shim answers read_view itself; it is logged from the session's events.
+  function watch(opened) {
+    const reads = new Map();
+    opened.addEventListener("request", (event) => {
+      if ((event.detail.action ?? event.detail.type) !== "read_view") return;
+      const entry = { action: "read_view", args: "{}", outcome: "pending", result: "" };
+      reads.set(event.detail.id, entry);
+      record(entry);
+    });
+    opened.addEventListener("applied", (event) => {
+      const entry = reads.get(event.detail.id);
+      if (!entry) return;
+      reads.delete(event.detail.id);
+      entry.outcome = "ok";
+      entry.result = short(event.detail.result);
+      sessionStorage.setItem(LOG_KEY, JSON.stringify(entries));
+      renderLog();
+    });
+    opened.addEventListener("disconnect", () => {
+      if (!opened.closed) setStatus("reconnecting");
+    });
+    opened.addEventListener("welcome", () => setStatus("connected"));
+    opened.addEventListener("closed", (event) => {
+      if (session === opened) session = null;
+      setStatus("disconnected");
+      openButton.hidden = false;
+      openButton.disabled = false;
+      openButton.textContent = "Reconnect assistant";
+      record({ action: "channel", args: "closed", outcome: "info", result: short(event.detail.reason) });
+    });
+  }
+
+  async function open() {
+    if (session) return session;
+    if (opening) return opening;
+    opening = (async () => {
+      setStatus("connecting");
+      openButton.disabled = true;
+      try {
+        const response = await fetch("/api/assistant/session", {
+          method: "POST",
+          credentials: "same-origin",
+          headers: { accept: "application/json" },
+        });
+        if (!response.ok) throw new Error(`the dashboard refused (${response.status})`);
+        const grant = await response.json();
+        const shim = await import(`${gatewayUrl}/webmcp.js`);
+        const opened = await shim.connectGateway({
+          gateway: gatewayUrl,
+          token: grant.tab_token,
+          actions,
+          view: () => currentView(),
+          webmcp: true,
+        });
+        watch(opened);
+        session = opened;
+        taskLine.textContent = `Task ${grant.task_id}`;
+        taskLine.dataset.taskId = grant.task_id;
+        taskLine.hidden = false;
+        sessionStorage.setItem(OPEN_KEY, "1");
+        openButton.hidden = true;
+        setStatus("connected");
+        return session;
+      } catch (error) {
+        setStatus("error");
+        openButton.disabled = false;
+        record({ action: "connect", args: "", outcome: "error", result: short(error.message) });
+        throw error;
+      } finally {
+        opening = null;
+      }
+    })();
+    return opening;
+  }
+
+  onViewChange((view) => {
+    if (session) session.state(view);
+  });
+  openButton.addEventListener("click", () => open().catch(() => {}));
+  renderLog();
+  // The panel was open before a full reload: reconnect (same tab id, kept by the shim).
+  if (sessionStorage.getItem(OPEN_KEY) === "1") open().catch(() => {});
+  // For the page's own tests and the demo: whether the panel is connected, and to open it.
+  window.syntheticAssistant = {
+    open,
+    get session() {
+      return session;
+    },
+  };
+}
