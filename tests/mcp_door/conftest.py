@@ -10,15 +10,17 @@ from typing import Any
 
 import httpx2
 import pytest
-from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from pydantic import BaseModel, Field
 
+from gateway import mcp_door
 from gateway.errors import ToolFailure
+from gateway.http import health, tasks
 from gateway.registry import ToolAnnotations, ToolContext
 from gateway.results import ErrorCode, ToolStatus
 from gateway.runtime import Gateway
 from gateway.settings import Settings
+from mcp import Client
 from tests.conftest import Live
 
 
@@ -161,7 +163,12 @@ class DoorLive:
 @pytest.fixture
 async def door(settings: Settings, live_factory: Callable[..., Any]) -> AsyncIterator[DoorLive]:
     probe = Probe()
-    async with live_factory(settings, setup=lambda gw: register_test_tools(gw, probe)) as live:
+    # Only the parts the door needs: the core routes and the door itself.
+    async with live_factory(
+        settings,
+        setup=lambda gw: register_test_tools(gw, probe),
+        extensions=[health.routes, tasks.routes, mcp_door.install],
+    ) as live:
         yield DoorLive(live, probe)
 
 

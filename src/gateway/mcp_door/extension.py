@@ -4,14 +4,13 @@
 manager for the gateway's lifetime (`gw.run_during`), closes a task's sessions when the
 task ends, and returns the one route, guarded by the bearer front.
 
-Transport choices (see docs/mcp.md for the figures):
-- Responses are SSE-capable, not JSON-only: a call that finishes without sending anything
-  is still answered as plain JSON by the SDK, and only a call that reports progress (or
-  runs long) switches to an event stream; a JSON-only server could send no progress and,
-  for the 2026 protocol, would not notice a client that cancels by hanging up.
-- Sessions are kept for clients of the handshake protocol versions, because their
-  cancellation (`notifications/cancelled`) names a request of a session; the 2026
-  protocol is stateless per request whatever this setting says.
+Two SDK session managers share the one server (see dispatch.py for which serves what,
+and docs/mcp.md for the figures):
+- an SSE-capable, session-keeping one: progress notifications ride the call's response
+  stream, and clients of the handshake protocol versions keep a session, because their
+  cancellation (`notifications/cancelled`) names a request of a session;
+- a JSON-response, stateless one for 2026-07-28 requests that ask for no progress, the
+  common case, which it answers with less work per request.
 """
 
 from __future__ import annotations
@@ -22,6 +21,7 @@ from starlette.routing import BaseRoute, Route
 
 from gateway.mcp_door.bearer import BearerFront
 from gateway.mcp_door.catalog import McpCatalog
+from gateway.mcp_door.dispatch import TransportDispatch
 from gateway.mcp_door.hosts import HostPolicy
 from gateway.mcp_door.server import build_server
 from gateway.mcp_door.sessions import TaskSessions
@@ -36,19 +36,31 @@ class McpDoor:
     def __init__(self, gw: Gateway) -> None:
         self.catalog = McpCatalog(gw.registry)
         self.server = build_server(gw, self.catalog)
+        # Host and Origin are checked by the bearer front, before the token.
+        unguarded = TransportSecuritySettings(enable_dns_rebinding_protection=False)
         self.manager = StreamableHTTPSessionManager(
             app=self.server,
             json_response=False,
             stateless=False,
-            # Host and Origin are checked by the bearer front, before the token.
-            security_settings=TransportSecuritySettings(enable_dns_rebinding_protection=False),
+            security_settings=unguarded,
             max_request_body_size=gw.settings.max_body_bytes,
         )
-        manager_app = StreamableHTTPASGIApp(self.manager)
-        self.sessions = TaskSessions(manager_app)
-        self.front = BearerFront(
-            gw, manager_app, HostPolicy.from_settings(gw.settings), self.sessions
+        self.json_manager = StreamableHTTPSessionManager(
+            app=self.server,
+            json_response=True,
+            stateless=True,
+            security_settings=unguarded,
+            max_request_body_size=gw.settings.max_body_bytes,
         )
+        streaming = StreamableHTTPASGIApp(self.manager)
+        dispatch = TransportDispatch(
+            streaming,
+            StreamableHTTPASGIApp(self.json_manager),
+            max_body_bytes=gw.settings.max_body_bytes,
+        )
+        self.sessions = TaskSessions(streaming)
+        policy = HostPolicy.from_settings(gw.settings)
+        self.front = BearerFront(gw, dispatch, policy, self.sessions)
 
     async def task_ended(self, task_id: str, reason: str) -> None:
         self.front.forget(task_id)
@@ -59,5 +71,6 @@ def install(gw: Gateway) -> list[BaseRoute]:
     door = McpDoor(gw)
     gw.services.provide(McpDoor, door)
     gw.run_during(door.manager.run)
+    gw.run_during(door.json_manager.run)
     gw.tasks.on_end(door.task_ended)
     return [Route(MCP_PATH, endpoint=door.front)]
