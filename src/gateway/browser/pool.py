@@ -29,7 +29,10 @@ from .session import BrowserSession, EvidenceSink
 
 log = logging.getLogger(__name__)
 
-OPEN_TIMEOUT_S = 20.0
+OPEN_TIMEOUT_S = 30.0
+# Contexts opened at once per Chromium process: more only makes renderers fight for the
+# CPU, and every task waiting behind them starts later.
+OPENING_PER_PROCESS = 3
 ENDED_MEMORY_S = 6 * 3600.0
 
 
@@ -58,6 +61,7 @@ class BrowserPool:
         self._reaper: asyncio.Task[None] | None = None
         self._unsubscribe: Any = None
         self._closing = False
+        self._opening_slots = asyncio.Semaphore(OPENING_PER_PROCESS * processes.count)
         self.refused = 0
         self._denials: Counter | None = None
         if metrics is not None:
@@ -185,7 +189,10 @@ class BrowserPool:
         return None
 
     async def _open_fresh(self) -> BrowserSession:
-        process = await self.processes.pick()
+        async with self._opening_slots:
+            return await self._open_on(await self.processes.pick())
+
+    async def _open_on(self, process: BrowserProcess) -> BrowserSession:
         process.contexts += 1
         try:
             session = await asyncio.wait_for(
@@ -231,6 +238,13 @@ class BrowserPool:
         task.add_done_callback(self._closers.discard)
 
     # -- warm stock -------------------------------------------------------------------------
+
+    async def stocked(self) -> int:
+        """Wait for the warm stock's refill in progress; returns how many contexts it holds."""
+        if self._warming is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.shield(self._warming)
+        return len(self._warm)
 
     def _refill(self) -> None:
         if self.warm_target == 0 or self._closing:

@@ -3,9 +3,10 @@
 The proxy is the boundary (nothing it refuses reaches the network). The session adds the
 second check on the page itself: after every main-frame navigation the URL is checked
 again, and a page that ended up anywhere else (a blob: or data: document, a refused
-tunnel's error page) is taken back to an allowed page or to about:blank. Popups are closed,
-downloads refused, dialogs dismissed. Every refusal is recorded as evidence, and the task's
-next call that returns (the one that caused it, or the one after a page did it alone) ends
+tunnel's error page) is taken back to an allowed page or to about:blank. Popups are closed
+and downloads refused (dialogs are dismissed by Playwright itself, since nothing listens
+for them). Every refusal is recorded as evidence, and the task's next call that returns
+(the one that caused it, or the one after a page did it alone) ends
 `denied`/`origin_blocked`.
 """
 
@@ -146,7 +147,6 @@ class BrowserSession:
     def _watch(self) -> None:
         self.page.on("framenavigated", self._navigated)
         self.page.on("download", self._download)
-        self.page.on("dialog", lambda dialog: self._spawn(dialog.dismiss()))
         self.page.on("crash", lambda _page: self._lose("the task's page crashed"))
         self.context.on("page", self._popup)
 

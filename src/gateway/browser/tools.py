@@ -7,6 +7,7 @@ belong to that snapshot; the evidence of each call names the page it acted on.
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from playwright.async_api import Page
@@ -102,11 +103,7 @@ async def navigate(ctx: ToolContext, args: NavigateInput) -> dict[str, Any]:
 
     async def act(page: Page) -> dict[str, Any]:
         response = await page.goto(target, wait_until="load", timeout=NAVIGATION_TIMEOUT_MS)
-        return {
-            "url": page.url,
-            "status": response.status if response is not None else None,
-            "title": await page.title(),
-        }
+        return {"url": page.url, "status": response.status if response is not None else None}
 
     result = await session.run(ctx, act)
     await _keep_screenshot(ctx, session)
@@ -117,11 +114,11 @@ async def snapshot(ctx: ToolContext, _args: SnapshotInput) -> dict[str, Any]:
     session = await _session(ctx)
 
     async def act(page: Page) -> dict[str, Any]:
-        snap = await session.take_snapshot(page)
+        snap, title = await asyncio.gather(session.take_snapshot(page), page.title())
         return {
             "snapshot_id": f"s{snap.seq}",
             "url": page.url,
-            "title": await page.title(),
+            "title": title,
             "snapshot": snap.text,
             "truncated": snap.truncated,
         }
@@ -282,7 +279,7 @@ def register(registry: Registry, settings: Settings) -> None:
                 scopes=frozenset({SCOPE}),
                 annotations=hints,
                 max_output_bytes=limit,
-                timeout_s=45.0,
+                timeout_s=60.0,
                 side_effects=effects,
             )
         )
