@@ -329,7 +329,9 @@ def report_page(chrome: Chrome, report: Mapping[str, Any]) -> str:
 <ul class="counts">
   <li data-testid="count-passed">{esc(counts["passed"])} passed</li>
   <li data-testid="count-failed">{esc(counts["failed"])} incorrect or over budget</li>
-  <li data-testid="count-provider-error">{esc(counts["provider_error"])} provider setup errors</li>
+  <li data-testid="count-provider-error">{
+        esc(counts["provider_error"])
+    } provider setup error(s)</li>
 </ul>
 <table data-testid="report-scenarios">
 <thead><tr><th>Scenario</th><th>Verdict</th><th>Reason</th><th>Detail</th></tr></thead>

@@ -7,6 +7,8 @@ import os
 import sys
 from collections.abc import Sequence
 
+from examples.synthetic_app.demo import add_command as add_demo_command
+
 from gateway.settings import Settings
 from gateway.tokens import new_key
 
@@ -63,6 +65,8 @@ def parser() -> argparse.ArgumentParser:
         "--no-example", action="store_true", help="do not serve the synthetic example dashboard"
     )
     serve.set_defaults(func=_serve)
+
+    add_demo_command(sub)
 
     keys = sub.add_parser("keys", help="signing keys")
     keys_sub = keys.add_subparsers(dest="keys_command", required=True)

@@ -1,20 +1,28 @@
 """The first workflow end to end in real Chromium: a signed-in user, the assistant panel on
-the gateway's tab channel, and the six operations with their results in the DOM and the
-store."""
+the gateway's tab channel, and the six operations called through the MCP door and through
+WebMCP, with their results checked in the DOM, the app's store and the evidence."""
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import pytest_asyncio
+from examples.synthetic_app.models import RunRequest
 from examples.synthetic_app.serve import ExampleStack, running_stack
 from examples.synthetic_app.store import who
+from examples.synthetic_app.workflow import (
+    Door,
+    mcp_door,
+    open_assistant,
+    run_workflow,
+    sign_in,
+    webmcp_door,
+)
 
-from gateway.identity import TaskIdentity
-from gateway.results import Door, ToolResult
 from gateway.settings import Settings
 from gateway.tokens import Purpose
 
@@ -49,138 +57,122 @@ async def example(tmp_path: Path) -> AsyncIterator[ExampleStack]:
         yield stack
 
 
-async def signed_in_page(browser: Any, stack: ExampleStack, user: str) -> tuple[Any, Any]:
-    context = await browser.new_context()
-    page = await context.new_page()
-    await page.goto(stack.dashboard_url + "/signin")
-    await page.click(f'[data-testid="signin-{user}"]')
-    await page.wait_for_url("**/agents")
-    return context, page
+async def new_page(browser: Any) -> tuple[Any, Any]:
+    context = await browser.new_context(viewport={"width": 1360, "height": 860})
+    return context, await context.new_page()
 
 
-async def open_assistant(page: Any, stack: ExampleStack, user: str) -> TaskIdentity:
-    await page.click('[data-testid="assistant-open"]')
-    await page.wait_for_selector('#assistant[data-state="connected"]')
-    control = stack.dashboard.control
-    assert control is not None
-    task = control.latest_for_user(user)
-    assert task is not None
-    return await stack.gateway.tasks.authenticate(task.agent_token, Purpose.AGENT)
+@contextlib.asynccontextmanager
+async def door_for(name: str, stack: ExampleStack, page: Any, token: str) -> AsyncIterator[Door]:
+    if name == "webmcp":
+        yield webmcp_door(page)
+    else:
+        async with mcp_door(stack.gateway_url, token) as door:
+            yield door
 
 
-async def call(stack: ExampleStack, identity: TaskIdentity, tool: str, data: Any) -> ToolResult:
-    return await stack.gateway.pipeline.call(identity, tool, data, door=Door.MCP)
-
-
-async def test_the_first_workflow_in_a_real_dashboard(chromium: Any, example: ExampleStack) -> None:
-    context, page = await signed_in_page(chromium, example, "ada")
+@pytest.mark.parametrize("door_name", ["mcp", "webmcp"])
+async def test_the_first_workflow_through_each_door(
+    chromium: Any, example: ExampleStack, door_name: str
+) -> None:
+    context, page = await new_page(chromium)
     try:
-        identity = await open_assistant(page, example, "ada")
-        assert (identity.org_id, identity.actor.id, identity.actor.role) == (
-            "org_acme",
-            "ada",
-            "admin",
-        )
+        await sign_in(page, example.dashboard_url, "ada")
+        token = await open_assistant(page, example, "ada")
         # The tab token came through the session, never a URL.
         assert "token" not in page.url
-        # A marker that a full page load would wipe: the panel must survive every view change.
+        # A marker a full page load would wipe: the panel must survive every view change.
         await page.evaluate("window.__sameDocument = true")
-        agent_id = (await example.dashboard.store.list_agents(ADA))[0]["id"]
-        suite_id = (await example.dashboard.store.list_suites(ADA))[0]["id"]
-
-        # 1. read current view
-        seen = await call(example, identity, "dashboard.read_view", {})
-        assert seen.ok, seen
-        assert seen.output["view"] == "agents"
-        assert seen.output["context"]["org"]["id"] == "org_acme"
-
-        # 2. prepare a draft: the builder shows it
-        instructions = "Greet the customer, offer a refund, escalate when angry."
-        drafted = await call(
-            example,
-            identity,
-            "agents.prepare_draft",
-            {
-                "agent_id": agent_id,
-                "fields": {
-                    "instructions": instructions,
-                    "model": "sim-large",
-                    "tools": ["refund", "handoff"],
-                },
-            },
-        )
-        assert drafted.ok, drafted
-        assert await page.get_attribute("#view", "data-view") == "agent_builder"
-        assert await page.input_value('[data-testid="draft-instructions"]') == instructions
-        assert await page.input_value('[data-testid="draft-model"]') == "sim-large"
-        assert await page.is_checked('[data-testid="tool-refund"]')
-        assert not await page.is_checked('[data-testid="tool-search_docs"]')
-        assert await page.is_visible('[data-testid="populated-note"]')
-        assert (await example.dashboard.store.get_agent(ADA, agent_id))["draft"] is not None
-
-        # 3. save it: the persisted version, the builder refreshed
-        saved = await call(example, identity, "agents.save_draft", {"agent_id": agent_id})
-        assert saved.ok, saved
-        version_id = saved.output["version_id"]
-        await page.wait_for_selector(
-            f'[data-testid="current-version"][data-version-id="{version_id}"]'
-        )
-        assert await page.get_attribute('[data-testid="draft-state"]', "data-draft") == "none"
-        stored = await example.dashboard.store.get_agent(ADA, agent_id)
-        assert stored["current_version"]["id"] == version_id
-
-        # 4. start an evaluation: a queued run, its progress in the panel
-        started = await call(
-            example,
-            identity,
-            "evals.start_run",
-            {"agent_id": agent_id, "suite_id": suite_id, "budget": {"max_tokens": 4000}},
-        )
-        assert started.ok, started
-        assert started.output["state"] == "queued"
-        run_id = started.output["run_id"]
-        box = f'#assistant .run-progress[data-run-id="{run_id}"]'
-        await page.wait_for_selector(box)
-
-        # 5. read progress to its terminal state; the panel shows the same
-        for _ in range(60):
-            progress = await call(
-                example, identity, "evals.read_progress", {"run_id": run_id, "wait_s": 2}
-            )
-            assert progress.ok, progress
-            if progress.output["terminal"]:
-                break
-        assert progress.output["state"] == "completed"
-        verdicts = {s["name"]: s["state"] for s in progress.output["scenarios"]}
-        assert verdicts["Reads a photo of the parcel"] == "provider_error"
-        assert verdicts["Greets the customer"] == "passed"
-        await page.wait_for_selector(f'{box}[data-state="completed"]')
-        assert await page.locator(f'{box} li[data-state="provider_error"]').count() == 1
-
-        # 6. open the result: the exact report, the assistant still there
-        opened = await call(example, identity, "evals.open_report", {"run_id": run_id})
-        assert opened.ok, opened
-        assert await page.get_attribute("#view", "data-view") == "report"
-        assert await page.get_attribute('[data-testid="report"]', "data-run-id") == run_id
-        assert await page.text_content('[data-testid="report-id"]') == opened.output["report_id"]
-        assert await page.text_content('[data-testid="count-provider-error"]') == (
-            "1 provider setup errors"
-        )
+        async with door_for(door_name, example, page, token) as door:
+            steps = await run_workflow(example, page, door, user="ada")
+        assert [(s.operation, s.ok) for s in steps] == [
+            ("read current view", True),
+            ("prepare an agent draft", True),
+            ("save the draft", True),
+            ("start an evaluation", True),
+            ("read evaluation progress", True),
+            ("open the result", True),
+        ], [s.observable for s in steps]
+        assert "1 provider setup error" in steps[4].observable
         assert await page.evaluate("window.__sameDocument === true")
-        assert await page.get_attribute("#assistant", "data-state") == "connected"
-        logged = await page.eval_on_selector_all(
-            '[data-testid="assistant-log"] li', "items => items.map(i => i.dataset.action)"
+        assert await page.text_content('[data-testid="count-provider-error"]') == (
+            "1 provider setup error(s)"
         )
-        assert logged == [
+
+        # The panel showed each UI action the agent caused, with its result.
+        logged = await page.eval_on_selector_all(
+            '[data-testid="assistant-log"] li',
+            "items => items.map(i => [i.dataset.action, i.dataset.outcome])",
+        )
+        assert [a for a, _ in logged] == [
             "read_view",
             "populate_draft",
             "open_view",
             "show_run_progress",
             "open_view",
         ]
-        outcomes = await page.eval_on_selector_all(
-            '[data-testid="assistant-log"] li', "items => items.map(i => i.dataset.outcome)"
-        )
-        assert set(outcomes) == {"ok"}
+        assert {o for _, o in logged} == {"ok"}
+
+        # The gateway recorded every call under the task's owner, with the door it came by.
+        identity = await example.gateway.tasks.authenticate(token, Purpose.AGENT)
+        records = await example.gateway.store.evidence_for(identity.org_id, identity.task_id)
+        calls = [r for r in records if r.get("kind") == "call" and "." in r["tool"]]
+        product = [c for c in calls if not c["tool"].startswith("ui.")]
+        assert {c["tool"] for c in product} == {
+            "dashboard.read_view",
+            "agents.prepare_draft",
+            "agents.save_draft",
+            "evals.start_run",
+            "evals.read_progress",
+            "evals.open_report",
+        }
+        assert {c["door"] for c in product} == {door_name}
+        assert {c["status"] for c in product} == {"succeeded"}
+    finally:
+        await context.close()
+
+
+async def test_another_organization_is_refused_in_the_browser(
+    chromium: Any, example: ExampleStack
+) -> None:
+    store = example.dashboard.store
+    agent_id = (await store.list_agents(ADA))[0]["id"]
+    suite_id = (await store.list_suites(ADA))[0]["id"]
+    run = await example.dashboard.start_run(ADA, RunRequest(agent_id=agent_id, suite_id=suite_id))
+    context, page = await new_page(chromium)
+    try:
+        await sign_in(page, example.dashboard_url, "gus")
+        token = await open_assistant(page, example, "gus")
+        # The dashboard itself: Acme's pages do not exist for Globex.
+        response = await page.goto(f"{example.dashboard_url}/agents/{agent_id}")
+        assert response is not None
+        assert response.status == 404
+        await page.goto(f"{example.dashboard_url}/agents")
+        assert "Support triage" not in await page.content()
+        await page.wait_for_selector('#assistant[data-state="connected"]')
+
+        # The tools, through WebMCP from Globex's own tab: all refused, nothing shown.
+        attempts = {
+            "agents.prepare_draft": {"agent_id": agent_id, "fields": {"instructions": "x"}},
+            "agents.save_draft": {"agent_id": agent_id},
+            "evals.start_run": {"agent_id": agent_id, "suite_id": suite_id},
+            "evals.read_progress": {"run_id": run["run_id"]},
+            "evals.open_report": {"run_id": run["run_id"]},
+        }
+        door = webmcp_door(page)
+        for tool, data in attempts.items():
+            result = await door.call(tool, data)
+            assert result["status"] != "succeeded", tool
+        assert await page.get_attribute("#view", "data-view") == "agents"
+        identity = await example.gateway.tasks.authenticate(token, Purpose.AGENT)
+        records = await example.gateway.store.evidence_for(identity.org_id, identity.task_id)
+        refused = {
+            r["tool"]: (r["status"], r["error"]["code"])
+            for r in records
+            if r.get("kind") == "call" and r["tool"] in attempts
+        }
+        assert refused == dict.fromkeys(attempts, ("denied", "not_found"))
+        assert len(await store.list_runs(ADA)) == 1
+        assert (await store.get_agent(ADA, agent_id))["draft"] is None
     finally:
         await context.close()

@@ -20,6 +20,31 @@ function loadLog() {
   }
 }
 
+// One line a person can read for each action and its result (the full data stays in the
+// gateway's evidence).
+const SUMMARY = {
+  open_view: (a) => [a.view, ...Object.values(a.params || {})].join(" "),
+  populate_draft: (a) => `${a.agent_id || "new agent"}: ${Object.keys(a.fields || {}).join(", ")}`,
+  show_run_progress: (a) => a.run_id,
+  display_proposed_change: (a) => a.title,
+  read_view: () => "",
+};
+const RESULT = {
+  open_view: (r) => `opened ${r.view}`,
+  populate_draft: (r) => `builder filled (${(r.applied || []).join(", ")})`,
+  show_run_progress: () => "progress shown below",
+  display_proposed_change: () => "shown above",
+  read_view: (r) => `view ${r.view}, revision ${r.revision}`,
+};
+
+function summary(table, action, value) {
+  try {
+    return short(table[action] ? table[action](value || {}) : value);
+  } catch {
+    return short(value);
+  }
+}
+
 function short(value) {
   const text = typeof value === "string" ? value : JSON.stringify(value ?? {});
   return text.length > 160 ? `${text.slice(0, 157)}...` : text;
@@ -70,12 +95,12 @@ export function startAssistant(panel, gatewayUrl) {
   // Each handler is logged as the action arrives and again with its result.
   function logged(action, handler) {
     return async (args = {}) => {
-      const entry = { action, args: short(args), outcome: "pending", result: "" };
+      const entry = { action, args: summary(SUMMARY, action, args), outcome: "pending", result: "" };
       record(entry);
       try {
         const result = await handler(args);
         entry.outcome = "ok";
-        entry.result = short(result);
+        entry.result = summary(RESULT, action, result);
         return result;
       } catch (error) {
         entry.outcome = "error";
@@ -196,7 +221,7 @@ export function startAssistant(panel, gatewayUrl) {
     const reads = new Map();
     opened.addEventListener("request", (event) => {
       if ((event.detail.action ?? event.detail.type) !== "read_view") return;
-      const entry = { action: "read_view", args: "{}", outcome: "pending", result: "" };
+      const entry = { action: "read_view", args: "", outcome: "pending", result: "" };
       reads.set(event.detail.id, entry);
       record(entry);
     });
@@ -205,7 +230,7 @@ export function startAssistant(panel, gatewayUrl) {
       if (!entry) return;
       reads.delete(event.detail.id);
       entry.outcome = "ok";
-      entry.result = short(event.detail.result);
+      entry.result = summary(RESULT, "read_view", event.detail.result);
       sessionStorage.setItem(LOG_KEY, JSON.stringify(entries));
       renderLog();
     });
