@@ -13,6 +13,7 @@ from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import Route
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 
 def _page(title: str, body: str, head: str = "") -> HTMLResponse:
@@ -60,7 +61,9 @@ def allowed_app(foreign: str) -> Starlette:
         return _page(
             "Subresource",
             f"<h1>Images</h1><img src='{foreign}/pixel.png' alt='pixel'>"
-            f"<script src='{foreign}/script.js'></script>",
+            f"<script src='{foreign}/script.js'></script>"
+            f"<script>new WebSocket('{foreign.replace('http:', 'ws:')}/socket');"
+            f"fetch('{foreign}/fetch', {{mode: 'no-cors'}}).catch(() => null);</script>",
         )
 
     async def form(_r: Request) -> Response:
@@ -137,13 +140,19 @@ class ForeignLog:
     requests: list[str] = field(default_factory=list)
 
 
-def foreign_app(log: ForeignLog) -> Starlette:
-    """A server no task may reach: it records everything it receives."""
+def foreign_app(log: ForeignLog) -> ASGIApp:
+    """A server no task may reach: it records everything it receives, websockets too."""
 
     async def anything(request: Request) -> Response:
-        log.requests.append(f"{request.method} {request.url.path}")
         return _page("Foreign", "<h1>foreign page</h1>")
 
-    return Starlette(
+    app = Starlette(
         routes=[Route("/{path:path}", anything, methods=["GET", "POST", "HEAD", "PUT"])]
     )
+
+    async def logged(scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] in ("http", "websocket"):
+            log.requests.append(f"{scope['type']} {scope.get('method', '')} {scope['path']}")
+        await app(scope, receive, send)
+
+    return logged

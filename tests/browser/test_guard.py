@@ -81,6 +81,8 @@ async def test_foreign_frame_and_subresources_never_load(browsers: BrowserGatewa
     assert any(t.endswith("/frame") for t in targets)
     assert any(t.endswith("/pixel.png") for t in targets)
     assert any(t.endswith("/script.js") for t in targets)
+    # The websocket's tunnel was refused at its CONNECT.
+    assert browsers.sites.foreign.removeprefix("http://") in targets
 
 
 async def test_form_post_to_foreign_is_stopped(browsers: BrowserGateway) -> None:

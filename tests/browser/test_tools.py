@@ -171,3 +171,26 @@ async def test_task_route_shows_the_browser_state(
         state = (await http.get(f"/v1/tasks/{task_id}", headers=control)).json()["browser"]
         assert state == {"state": "closed"}
         assert gw.services.get(BrowserPool).live_count() == 0
+
+
+async def test_traces_and_screenshots_are_kept_under_the_task_owner(
+    tmp_path: Path, sites: Sites, chromium: BrowserProcesses
+) -> None:
+    gw = Gateway(browser_settings(tmp_path, browser_trace=True, browser_screenshots=True))
+    gw.services.provide(BrowserProcesses, chromium)
+    install(gw)
+    await gw.start()
+    try:
+        b = BrowserGateway(gw, sites)
+        task = await b.task(org="org_t")
+        assert (await b.call(task, "browser.navigate", url="/")).ok
+        call = (await b.evidence(task, "call"))[0]
+        shot = await gw.store.get_artifact(call["context"]["screenshot"])
+        assert shot.org_id == "org_t" and shot.media_type == "image/png"
+        await gw.tasks.end(task.task_id)
+        closed = (await b.evidence(task, "browser_closed"))[0]
+        trace = await gw.store.get_artifact(closed["data"]["trace"]["artifact_id"])
+        assert trace.task_id == task.task_id and trace.media_type == "application/zip"
+        assert (await gw.store.read_artifact(trace)).startswith(b"PK")
+    finally:
+        await gw.stop()

@@ -33,6 +33,9 @@ OPEN_TIMEOUT_S = 30.0
 # Contexts opened at once per Chromium process: more only makes renderers fight for the
 # CPU, and every task waiting behind them starts later.
 OPENING_PER_PROCESS = 3
+# The warm stock is refilled a moment after a hand-off, not during it: opening a context
+# right away would take CPU from the task that just started.
+WARM_REFILL_DELAY_S = 1.0
 ENDED_MEMORY_S = 6 * 3600.0
 
 
@@ -177,7 +180,7 @@ class BrowserPool:
             await session.close("the task ended")
             raise ToolFailure(ToolStatus.DENIED, ErrorCode.REVOKED, "the task has ended")
         self._sessions[identity.task_id] = session
-        self._refill()
+        self._refill(delay=WARM_REFILL_DELAY_S)
         return session
 
     def _take_warm(self) -> BrowserSession | None:
@@ -246,13 +249,15 @@ class BrowserPool:
                 await asyncio.shield(self._warming)
         return len(self._warm)
 
-    def _refill(self) -> None:
+    def _refill(self, delay: float = 0.0) -> None:
         if self.warm_target == 0 or self._closing:
             return
         if self._warming is None or self._warming.done():
-            self._warming = asyncio.ensure_future(self._fill_warm())
+            self._warming = asyncio.ensure_future(self._fill_warm(delay))
 
-    async def _fill_warm(self) -> None:
+    async def _fill_warm(self, delay: float) -> None:
+        if delay:
+            await asyncio.sleep(delay)
         while (
             not self._closing
             and len(self._warm) < self.warm_target
