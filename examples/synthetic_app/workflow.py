@@ -22,7 +22,9 @@ from gateway.tokens import Purpose
 
 CallFn = Callable[[str, dict[str, Any]], Awaitable[dict[str, Any]]]
 
-INSTRUCTIONS = "Greet the customer, offer a refund, escalate when angry."
+# Covers two of the suite's expectations but not escalation: the run shows a passed answer,
+# an incorrect one, and a provider setup error side by side.
+INSTRUCTIONS = "Greet the customer and offer a refund when the policy allows it."
 
 
 @dataclass(frozen=True)
@@ -210,8 +212,9 @@ async def run_workflow(
         )
         box = f'#assistant .run-progress[data-run-id="{run_id}"][data-state="{out["state"]}"]'
         await page.wait_for_selector(box, timeout=5000)
+        wrong = sum(1 for s in out["scenarios"] if s["reason"] == "incorrect_answer")
         return (
-            f"{out['state']} (terminal): {counts['passed']} passed, {counts['failed']} failed, "
+            f"{out['state']} (terminal): {counts['passed']} passed, {wrong} incorrect answer, "
             f"{counts['provider_error']} provider setup error"
         )
 

@@ -23,6 +23,7 @@ from examples.synthetic_app.workflow import (
     webmcp_door,
 )
 
+from gateway.results import Door as GatewayDoor
 from gateway.settings import Settings
 from gateway.tokens import Purpose
 
@@ -174,5 +175,33 @@ async def test_another_organization_is_refused_in_the_browser(
         assert refused == dict.fromkeys(attempts, ("denied", "not_found"))
         assert len(await store.list_runs(ADA)) == 1
         assert (await store.get_agent(ADA, agent_id))["draft"] is None
+    finally:
+        await context.close()
+
+
+async def test_the_panel_comes_back_after_a_full_reload(
+    chromium: Any, example: ExampleStack
+) -> None:
+    context, page = await new_page(chromium)
+    try:
+        await sign_in(page, example.dashboard_url, "ada")
+        token = await open_assistant(page, example, "ada")
+        identity = await example.gateway.tasks.authenticate(token, Purpose.AGENT)
+        await example.gateway.pipeline.call(
+            identity, "dashboard.read_view", {}, door=GatewayDoor.MCP
+        )
+        tab_id = await page.evaluate("window.syntheticAssistant.session.tabId")
+        await page.reload()
+        # Same task, same tab id, the log of what the agent did is still there.
+        await page.wait_for_selector('#assistant[data-state="connected"]')
+        assert await page.evaluate("window.syntheticAssistant.session.tabId") == tab_id
+        assert await page.text_content('[data-testid="assistant-task"]') == (
+            f"Task {identity.task_id}"
+        )
+        assert await page.locator('[data-testid="assistant-log"] li').count() == 1
+        seen = await example.gateway.pipeline.call(
+            identity, "dashboard.read_view", {}, door=GatewayDoor.MCP
+        )
+        assert seen.ok, seen
     finally:
         await context.close()

@@ -32,7 +32,7 @@ const SUMMARY = {
 const RESULT = {
   open_view: (r) => `opened ${r.view}`,
   populate_draft: (r) => `builder filled (${(r.applied || []).join(", ")})`,
-  show_run_progress: () => "progress shown below",
+  show_run_progress: () => "progress shown in this panel",
   display_proposed_change: () => "shown above",
   read_view: (r) => `view ${r.view}, revision ${r.revision}`,
 };
@@ -240,6 +240,8 @@ export function startAssistant(panel, gatewayUrl) {
     opened.addEventListener("welcome", () => setStatus("connected"));
     opened.addEventListener("closed", (event) => {
       if (session === opened) session = null;
+      // Leaving the page is not a loss of the assistant: the next page reconnects.
+      if (event.detail.reason === "pagehide") return;
       setStatus("disconnected");
       openButton.hidden = false;
       openButton.disabled = false;
