@@ -192,3 +192,29 @@ async def test_ending_the_task_refuses_the_stateless_protocol_too(door: DoorLive
     assert refused.json()["error"]["code"] == "revoked"
     calls = [r for r in await door.evidence(task["task_id"]) if r["kind"] == "call"]
     assert len(calls) == 1
+
+
+async def test_one_task_cannot_fill_the_session_table(door: DoorLive) -> None:
+    task = await door.live.create_task()
+    other = await door.live.create_task(actor="user_9")
+    opened = [await post_initialize(door, task["tokens"]["agent"]) for _ in range(16)]
+    assert all(r.status_code == 200 for r in opened)
+    refused = await post_initialize(door, task["tokens"]["agent"])
+    assert refused.status_code == 429
+    assert refused.json()["error"] == {
+        "code": "rate_limited",
+        "message": refused.json()["error"]["message"],
+        "retryable": True,
+    }
+    # Another task is not affected, and closing a session makes room again.
+    assert (await post_initialize(door, other["tokens"]["agent"])).status_code == 200
+    closed = await door.live.http.delete(
+        "/v1/mcp",
+        headers={
+            "authorization": f"Bearer {task['tokens']['agent']}",
+            "mcp-session-id": opened[0].headers["mcp-session-id"],
+            "mcp-protocol-version": "2025-11-25",
+        },
+    )
+    assert closed.status_code == 200
+    assert (await post_initialize(door, task["tokens"]["agent"])).status_code == 200

@@ -25,8 +25,9 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from gateway.errors import AuthError, GatewayError
 from gateway.http.edge import bearer, error_response
 from gateway.identity import TaskIdentity
+from gateway.mcp_door.dispatch import is_modern
 from gateway.mcp_door.hosts import HostPolicy
-from gateway.mcp_door.sessions import SESSION_HEADER, TaskSessions
+from gateway.mcp_door.sessions import SESSION_HEADER, TaskSessions, TooManySessions
 from gateway.runtime import Gateway
 from gateway.tokens import Purpose
 
@@ -55,6 +56,10 @@ def principal(identity: TaskIdentity) -> AuthenticatedUser:
             claims={"iss": ISSUER},
         )
     )
+
+
+def _opens_session(scope: Scope, headers: Headers) -> bool:
+    return scope.get("method") == "POST" and SESSION_HEADER not in headers and not is_modern(scope)
 
 
 class BearerFront:
@@ -87,6 +92,9 @@ class BearerFront:
             return
         except GatewayError as exc:
             await error_response(exc)(scope, receive, send)
+            return
+        if _opens_session(scope, headers) and self.sessions.at_limit(identity.task_id):
+            await error_response(TooManySessions())(scope, receive, send)
             return
         user = self._principals.get(identity.task_id)
         if user is None:

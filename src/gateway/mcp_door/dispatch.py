@@ -35,7 +35,7 @@ class TransportDispatch:
         self.max_body_bytes = max_body_bytes
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope.get("method") != "POST" or not _is_modern(scope):
+        if scope.get("method") != "POST" or not is_modern(scope):
             await self.streaming(scope, receive, send)
             return
         body = await self._read_body(receive)
@@ -66,7 +66,8 @@ class TransportDispatch:
         return b"".join(chunks)
 
 
-def _is_modern(scope: Scope) -> bool:
+def is_modern(scope: Scope) -> bool:
+    """Whether the request speaks the per-request (2026-07-28) protocol: no session."""
     for name, value in scope["headers"]:
         if name == PROTOCOL_HEADER:
             return value in _MODERN

@@ -17,9 +17,26 @@ from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
 from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Message, Scope, Send
 
+from gateway.errors import GatewayError
+from gateway.results import ErrorCode
+
 SESSION_HEADER = "mcp-session-id"
+# One agent needs one session; a cap per task keeps one token from filling the manager's
+# session table (shared by every task) and locking the others out.
+MAX_SESSIONS_PER_TASK = 16
 
 log = logging.getLogger(__name__)
+
+
+class TooManySessions(GatewayError):
+    code = ErrorCode.RATE_LIMITED
+    http_status = 429
+    retryable = True
+
+    def __init__(self) -> None:
+        super().__init__(
+            f"this task already holds {MAX_SESSIONS_PER_TASK} MCP sessions; close one first"
+        )
 
 
 class TaskSessions:
@@ -27,9 +44,27 @@ class TaskSessions:
         self._manager_app = manager_app
         # session id -> (task id, the principal that opened it)
         self._sessions: dict[str, tuple[str, AuthenticatedUser]] = {}
+        self._by_task: dict[str, set[str]] = {}
 
     def open_for(self, task_id: str) -> list[str]:
-        return [sid for sid, (task, _) in self._sessions.items() if task == task_id]
+        return sorted(self._by_task.get(task_id, ()))
+
+    def at_limit(self, task_id: str) -> bool:
+        return len(self._by_task.get(task_id, ())) >= MAX_SESSIONS_PER_TASK
+
+    def _add(self, session_id: str, task_id: str, user: AuthenticatedUser) -> None:
+        self._sessions[session_id] = (task_id, user)
+        self._by_task.setdefault(task_id, set()).add(session_id)
+
+    def _remove(self, session_id: str) -> tuple[str, AuthenticatedUser] | None:
+        entry = self._sessions.pop(session_id, None)
+        if entry is not None:
+            held = self._by_task.get(entry[0])
+            if held is not None:
+                held.discard(session_id)
+                if not held:
+                    del self._by_task[entry[0]]
+        return entry
 
     def owner(self, session_id: str) -> str | None:
         entry = self._sessions.get(session_id)
@@ -50,7 +85,7 @@ class TaskSessions:
             if message["type"] == "http.response.start" and message["status"] < 400:
                 opened = Headers(raw=message.get("headers", [])).get(SESSION_HEADER)
                 if opened is not None:
-                    self._sessions[opened] = (task_id, user)
+                    self._add(opened, task_id, user)
             await send(message)
 
         return noting
@@ -61,7 +96,7 @@ class TaskSessions:
                 status = message["status"]
                 # 404: the manager no longer knows it (idled out); 2xx on DELETE: closed.
                 if status == 404 or (deleting and status < 300):
-                    self._sessions.pop(session_id, None)
+                    self._remove(session_id)
             await send(message)
 
         return forgetting
@@ -72,7 +107,7 @@ class TaskSessions:
             await self.close(session_id)
 
     async def close(self, session_id: str) -> None:
-        entry = self._sessions.pop(session_id, None)
+        entry = self._remove(session_id)
         if entry is None:
             return
         _task_id, user = entry
