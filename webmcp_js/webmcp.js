@@ -237,6 +237,7 @@ class GatewaySession extends EventTarget {
     this._expiryTimer = null;
     this._retryTimer = null;
     this._first = null;
+    this._listened = new Set();
     this._onPageHide = () => this._stop("pagehide");
     if (globalThis.addEventListener) globalThis.addEventListener("pagehide", this._onPageHide);
   }
@@ -359,8 +360,15 @@ class GatewaySession extends EventTarget {
     if (ws && ws.readyState === 1 && (this.connected || frame.type === "hello")) ws.send(JSON.stringify(frame));
   }
 
+  addEventListener(type, listener, options) {
+    this._listened.add(type);
+    super.addEventListener(type, listener, options);
+  }
+
   _emit(type, detail) {
-    this.dispatchEvent(new CustomEvent(type, { detail }));
+    // Building an event costs more than the rest of a request's handling; skip it when
+    // nobody listens for this type.
+    if (this._listened.has(type)) this.dispatchEvent(new CustomEvent(type, { detail }));
   }
 
   // -- incoming frames ---------------------------------------------------------------
@@ -435,7 +443,8 @@ class GatewaySession extends EventTarget {
     }
     const controller = new AbortController();
     this._requests.set(id, controller);
-    const { type, ...args } = cloneJson(action);
+    // The action was parsed from this frame alone, so the page's handler can have it as is.
+    const { type, ...args } = action;
     this._emit("request", { id, action: type, args });
     let result;
     try {
@@ -455,7 +464,7 @@ class GatewaySession extends EventTarget {
         const value = await handler(args, { id, signal: controller.signal, revision: aimedAt });
         if (controller.signal.aborted) return;
         if (this.revision !== aimedAt && !targetHolds(action, this.snapshot())) return this._emit("stale", { id, action });
-        result = isPlainObject(value) ? cloneJson(value) : {};
+        result = isPlainObject(value) ? value : {};
       }
     } catch (error) {
       if (controller.signal.aborted) return;

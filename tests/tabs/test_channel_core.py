@@ -297,6 +297,10 @@ def test_rate_limit_refuses_frames_beyond_the_burst() -> None:
     assert ch.receive("c1", pong, now=0) == []
     assert rejected(ch.receive("c1", pong, now=0)) == ["rate_limited"]
     assert ch.receive("c1", pong, now=1.5) == []
+    # Replies to pending requests are bounded by the gateway's own requests: they pass.
+    ch.request("r1", ReadView(), now=1.5, timeout_s=5)
+    assert rejected(ch.receive("c1", pong, now=1.5)) == ["rate_limited"]
+    assert settled(ch.receive("c1", reply("r1"), now=1.5))[0].outcome.ok
 
 
 def test_pending_cap_refuses_more_requests() -> None:

@@ -98,8 +98,8 @@ class ChannelLimits:
     max_frame_bytes: int = 64 * 1024
     max_pending: int = 64  # UI action requests awaiting this connection's reply
     max_calls: int = 16  # tool calls from the page running at once
-    rate_per_s: float = 100.0  # frames a tab may send per second, on average...
-    burst: int = 200  # ...and in a burst
+    rate_per_s: float = 200.0  # frames a tab may send per second, on average...
+    burst: int = 400  # ...and in a burst (replies to pending requests always pass)
     max_strikes: int = 10  # refused frames before the connection is closed (1008)
     heartbeat_s: float = 15.0  # a ping every heartbeat; no pong within two: dropped
 
@@ -340,7 +340,12 @@ class TabChannel:
             return [
                 Send(conn, frames.error("not_current", "this connection is not the task's tab"))
             ]
-        size = len(text.encode() if isinstance(text, str) else text)
+        # A str of n characters is at most 4n bytes: encode only when that could be too many.
+        size = (
+            len(text)
+            if isinstance(text, bytes) or len(text) * 4 <= self.limits.max_frame_bytes
+            else len(text.encode())
+        )
         if size > self.limits.max_frame_bytes:
             return self._drop(
                 current,
@@ -352,14 +357,17 @@ class TabChannel:
                 ),
             )
         current.last_seen = now
-        if not current.bucket.take(now):
-            return self._refuse(current, "rate_limited", "the tab is sending frames too fast")
+        within_rate = current.bucket.take(now)
         if isinstance(text, bytes):
             return self._refuse(current, "invalid_frame", "frames are JSON text")
         try:
             raw = json.loads(text)
         except (ValueError, RecursionError):
             return self._refuse(current, "invalid_frame", "the frame is not valid JSON")
+        if not within_rate and not self._answers_pending(raw):
+            # Replies to this tab's pending requests are bounded by what the gateway sent,
+            # so they pass; everything else beyond the rate is refused.
+            return self._refuse(current, "rate_limited", "the tab is sending frames too fast")
         claimed_type = raw.get("type") if isinstance(raw, dict) else None
         frame_type = claimed_type if isinstance(claimed_type, str) else None
         try:
@@ -397,6 +405,12 @@ class TabChannel:
         return [Send(conn, frames.tool_result(call_id, result))]
 
     # -- internals --------------------------------------------------------------------
+
+    def _answers_pending(self, raw: Any) -> bool:
+        if not isinstance(raw, dict) or raw.get("type") != "reply":
+            return False
+        pending = self._pending.get(raw.get("id"))  # type: ignore[arg-type]
+        return pending is not None and self._conn is not None and pending.conn == self._conn.id
 
     def _reply(self, conn: _Conn, reply: frames.Reply, now: float) -> list[Effect]:
         pending = self._pending.get(reply.id)

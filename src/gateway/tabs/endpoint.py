@@ -19,7 +19,7 @@ from starlette.websockets import WebSocket, WebSocketDisconnect, WebSocketState
 from gateway.errors import AuthError
 from gateway.origins import OriginError, normalize_origin
 from gateway.tabs import frames
-from gateway.tabs.hub import CloseCommand, TabHub, TabLink, parse_hello
+from gateway.tabs.hub import CloseCommand, Outgoing, TabHub, TabLink, Writer, parse_hello
 from gateway.tokens import Purpose
 
 log = logging.getLogger(__name__)
@@ -85,32 +85,27 @@ def endpoint(hub: TabHub) -> object:
             gw.metrics.auth_failures.labels(Purpose.TAB.value, str(exc.code)).inc()
             await _refuse(ws, hub, "auth", str(exc.code), exc.message)
             return
-        link = hub.attach(identity, hello, claims.expires_at)
-        writer = asyncio.create_task(_write(ws, link))
+        link = hub.attach(identity, hello, claims.expires_at, _writer(ws))
+        writer = asyncio.create_task(_write(link))
         try:
-            await _read(ws, hub, link, writer)
+            await _read(ws, hub, link)
         finally:
             hub.detach(link)
             if not writer.done():
                 # Let the writer flush what the detach queued (a bye, a close), briefly.
-                link.outbox.put_nowait(CloseCommand(1000, "closed"))
+                link.push(CloseCommand(1000, "closed"))
                 with contextlib.suppress(TimeoutError, asyncio.CancelledError, Exception):
                     await asyncio.wait_for(writer, 2)
 
     return tabs
 
 
-async def _read(ws: WebSocket, hub: TabHub, link: TabLink, writer: asyncio.Task[None]) -> None:
-    while not writer.done():
-        receive = asyncio.ensure_future(ws.receive())
-        done, _ = await asyncio.wait({receive, writer}, return_when=asyncio.FIRST_COMPLETED)
-        if receive not in done:
-            receive.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await receive
-            return
+async def _read(ws: WebSocket, hub: TabHub, link: TabLink) -> None:
+    # When the writer closes the socket (a close effect), the peer's close answer arrives
+    # here as a disconnect, which ends the loop.
+    while True:
         try:
-            message = receive.result()
+            message = await ws.receive()
         except (WebSocketDisconnect, RuntimeError):
             return
         if message["type"] == "websocket.disconnect":
@@ -119,18 +114,28 @@ async def _read(ws: WebSocket, hub: TabHub, link: TabLink, writer: asyncio.Task[
         hub.receive(link, data if data is not None else message.get("bytes") or b"")
 
 
-async def _write(ws: WebSocket, link: TabLink) -> None:
-    """Send queued frames in order; a close command ends the connection."""
-    while True:
-        item = await link.outbox.get()
+def _writer(ws: WebSocket) -> Writer:
+    async def write(item: Outgoing) -> bool:
+        """Send one frame; a close command ends the connection (returns False)."""
         try:
             if isinstance(item, CloseCommand):
                 if ws.client_state is WebSocketState.CONNECTED:
                     await ws.close(item.code, item.reason)
-                return
+                return False
             await ws.send_text(json.dumps(item, separators=(",", ":")))
+            return True
         except (WebSocketDisconnect, RuntimeError, OSError):
-            return
+            return False
         except Exception:
             log.exception("sending to a tab failed")
-            return
+            return False
+
+    return write
+
+
+async def _write(link: TabLink) -> None:
+    """Flush the outbox whenever something is queued, until the connection is done."""
+    while not link.done:
+        await link.wake.wait()
+        link.wake.clear()
+        await link.flush()

@@ -4,11 +4,11 @@
     view = outcome.unwrap()          # or inspect outcome.status / outcome.error
 
 The hub owns one `TabChannel` core per task and carries out the effects the cores return:
-frames go to a connection's outbox (its writer task sends them in order), settled requests
-wake their awaiting handler, rejected frames are counted and recorded as evidence, and tool
-calls from the page run through the pipeline under the tab's identity. When the awaiting
-handler is cancelled (its MCP client cancelled the call, or the pipeline's deadline hit),
-the tab gets a `cancel` frame.
+frames go to a connection's outbox (written in order, by its writer task or directly),
+settled requests wake their awaiting handler, rejected frames are counted and recorded as
+evidence, and tool calls from the page run through the pipeline under the tab's identity.
+When the awaiting handler is cancelled (its MCP client cancelled the call, or the
+pipeline's deadline hit), the tab gets a `cancel` frame.
 
 Every "which process holds this task's tab" question goes through this class; several
 gateway processes would route through a shared broker behind the same methods.
@@ -20,7 +20,8 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Mapping
+from collections import deque
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -70,17 +71,40 @@ class CloseCommand:
 Outgoing = dict[str, Any] | CloseCommand
 
 
+Writer = Callable[[Outgoing], Awaitable[bool]]
+
+
 @dataclass
 class TabLink:
-    """One authenticated tab connection, as the hub sees it."""
+    """One authenticated tab connection, as the hub sees it.
+
+    Frames wait in `outbox` and are written in order under `lock`, either by the
+    connection's writer task or directly by `TabHub.send` (which saves a task switch on the
+    hot path). `write` is set by the endpoint and returns False once the socket is done.
+    """
 
     conn_id: str
     identity: TaskIdentity
-    outbox: asyncio.Queue[Outgoing]
     tab_id: str
     token_expires_at: float
+    outbox: deque[Outgoing] = field(default_factory=deque)
+    wake: asyncio.Event = field(default_factory=asyncio.Event)
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    write: Writer | None = None
+    done: bool = False
     calls: dict[str, asyncio.Event] = field(default_factory=dict)
     expiry: asyncio.TimerHandle | None = None
+
+    def push(self, item: Outgoing) -> None:
+        self.outbox.append(item)
+        self.wake.set()
+
+    async def flush(self) -> None:
+        async with self.lock:
+            while self.outbox and not self.done and self.write is not None:
+                if not await self.write(self.outbox.popleft()):
+                    self.done = True
+                    self.outbox.clear()
 
 
 class TabHub:
@@ -139,6 +163,12 @@ class TabHub:
         timer = loop.call_later(timeout, self._expire, identity.task_id, request_id)
         try:
             self._apply(channel, channel.request(request_id, action, time.time(), timeout))
+            link = self._links.get(channel.conn_id or "")
+            if link is not None:
+                # Write the request now rather than on the writer task's next turn. A frame
+                # is handed to the transport whole before any await, so a cancellation here
+                # cannot cut one in half.
+                await link.flush()
             outcome = await future
         except asyncio.CancelledError:
             self._apply(channel, channel.cancel(request_id, "cancelled"))
@@ -162,16 +192,17 @@ class TabHub:
         identity: TaskIdentity,
         hello: frames.Hello,
         token_expires_at: float,
+        write: Writer | None = None,
     ) -> TabLink:
         """A tab said a valid hello: it becomes the task's tab (superseding any other)."""
         conn_id = new_id("conn")
-        link = TabLink(conn_id, identity, asyncio.Queue(), hello.tab_id, token_expires_at)
+        link = TabLink(conn_id, identity, hello.tab_id, token_expires_at, write=write)
         self._links[conn_id] = link
         self.connections.inc()
         channel = self._channel(identity.task_id)
         effects = channel.connect(conn_id, hello.tab_id, hello.revision, hello.view, time.time())
         if channel.conn_id == conn_id:
-            link.outbox.put_nowait(self._welcome(link, hello, token_expires_at))
+            link.push(self._welcome(link, hello, token_expires_at))
             delay = max(0.0, token_expires_at - time.time())
             link.expiry = asyncio.get_running_loop().call_later(
                 delay, self._token_expired, identity.task_id, conn_id
@@ -222,7 +253,7 @@ class TabHub:
                 revision=channel.revision() or 0,
                 expires_at=link.token_expires_at,
             )
-            link.outbox.put_nowait(frame)
+            link.push(frame)
 
     async def start(self) -> None:
         self._ticker = asyncio.create_task(self._tick_forever())
@@ -233,7 +264,7 @@ class TabHub:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._ticker
         for link in list(self._links.values()):
-            link.outbox.put_nowait(CloseCommand(1001, "the gateway is stopping"))
+            link.push(CloseCommand(1001, "the gateway is stopping"))
         if self._background:
             await asyncio.gather(*self._background, return_exceptions=True)
 
@@ -289,11 +320,11 @@ class TabHub:
             if isinstance(effect, Send):
                 link = self._links.get(effect.conn)
                 if link is not None:
-                    link.outbox.put_nowait(effect.frame)
+                    link.push(effect.frame)
             elif isinstance(effect, Close):
                 link = self._links.get(effect.conn)
                 if link is not None:
-                    link.outbox.put_nowait(CloseCommand(effect.code, effect.reason))
+                    link.push(CloseCommand(effect.code, effect.reason))
             elif isinstance(effect, Settle):
                 future = self._waiting.get(effect.outcome.request_id)
                 if future is not None and not future.done():
