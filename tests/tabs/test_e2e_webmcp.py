@@ -3,12 +3,17 @@ page registers its task's catalog, and Playwright's `page.webmcp` plays the exte
 
 from __future__ import annotations
 
+import shutil
+import subprocess
+import tarfile
+from pathlib import Path
 from typing import Any
 
 import pytest
 from playwright.async_api import Error as PlaywrightError
 from pydantic import BaseModel
 
+from gateway.chromium import find_chromium, launch_args
 from gateway.registry import Tool, ToolContext
 from gateway.results import Door
 from gateway.tokens import Purpose
@@ -191,3 +196,70 @@ async def test_polyfill_registration_errors_and_abort(e2e: E2E) -> None:
     # pagehide withdraws every registration.
     await page.evaluate("window.dispatchEvent(new PageTransitionEvent('pagehide'))")
     assert await page.evaluate("window.polyfillTools.size") == 0
+
+
+MCP_B_GLOBAL = "@mcp-b/global@5.1.0"
+
+
+@pytest.fixture(scope="session")
+def mcp_b_polyfill(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The @mcp-b/global WebMCP polyfill, fetched from npm once per session."""
+    npm = shutil.which("npm")
+    if npm is None:
+        pytest.skip("npm is not installed")
+    where = tmp_path_factory.mktemp("mcp-b")
+    packed = subprocess.run(
+        [npm, "pack", MCP_B_GLOBAL, "--silent", "--pack-destination", str(where)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    if packed.returncode != 0:
+        pytest.skip(f"npm could not fetch {MCP_B_GLOBAL}: {packed.stderr.strip()[:200]}")
+    with tarfile.open(where / packed.stdout.strip().splitlines()[-1]) as archive:
+        member = archive.extractfile("package/dist/index.iife.js")
+        assert member is not None
+        script = where / "mcp-b-global.iife.js"
+        script.write_bytes(member.read())
+    return script
+
+
+async def test_mcp_b_polyfill_in_a_browser_without_native_webmcp(
+    e2e: E2E, mcp_b_polyfill: Path
+) -> None:
+    body = await e2e.live.create_task(scopes=["ui", "demo"], budget={"max_calls": 2})
+    identity = await e2e.live.gw.tasks.authenticate(body["tokens"]["tab"], Purpose.TAB)
+    plain = await e2e.browser.browser_type.launch(
+        executable_path=find_chromium(), args=launch_args(webmcp=False)
+    )
+    try:
+        page = await (await plain.new_context()).new_page()
+        await page.goto(e2e.site.origin + "/")
+        await page.wait_for_function("typeof window.start === 'function'")
+        assert await page.evaluate("typeof document.modelContext") == "undefined"
+        await page.add_script_tag(path=str(mcp_b_polyfill))
+        await e2e.start(page, body["tokens"]["tab"])
+        listed = await page.evaluate(
+            """async () => (await document.modelContext.getTools())
+                 .map((t) => ({name: t.name, inputSchema: t.inputSchema}))"""
+        )
+        catalog = e2e.live.gw.registry.catalog(identity)
+        assert listed == [{"name": t["name"], "inputSchema": t["input_schema"]} for t in catalog]
+        run = """async ([name, input]) => {
+            const mc = document.modelContext;
+            const tool = (await mc.getTools()).find((t) => t.name === name);
+            try { return JSON.parse(await mc.executeTool(tool, JSON.stringify(input))); }
+            catch (e) { return {thrown: e.message}; }
+        }"""
+        ok = await page.evaluate(run, ["demo.echo", {"text": "poly"}])
+        assert ok == {"text": "poly", "actor": "user_1", "task": body["task_id"]}
+        view = await page.evaluate(run, ["ui.read_view", {}])
+        assert view["view"] == "agent_builder"
+        denied = await page.evaluate(run, ["demo.echo", {"text": "third"}])
+        assert "denied budget_exceeded" in denied["thrown"]
+        await e2e.live.end_task(body["task_id"])
+        await page.wait_for_function("window.session.closed")
+        assert await page.evaluate("document.modelContext.getTools()") == []
+    finally:
+        await plain.close()
