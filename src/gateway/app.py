@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from starlette.applications import Starlette
 from starlette.routing import BaseRoute
 
+from gateway.bridge import install as bridge
 from gateway.browser import install as browser
 from gateway.errors import GatewayError
 from gateway.http import health, tasks
@@ -22,7 +23,7 @@ Extension = Callable[[Gateway], Sequence[BaseRoute]]
 
 def default_extensions() -> list[Extension]:
     """The adapters a full gateway installs, in order (the core routes come first)."""
-    return [health.routes, tasks.routes, tabs, browser, mcp_door]
+    return [health.routes, tasks.routes, tabs, browser, bridge, mcp_door]
 
 
 def build_app(

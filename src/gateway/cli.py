@@ -9,6 +9,7 @@ from collections.abc import Sequence
 
 from examples.synthetic_app.demo import add_command as add_demo_command
 
+from gateway.bridge.commands import add_commands as add_bridge_commands
 from gateway.settings import Settings
 from gateway.tokens import new_key
 
@@ -67,6 +68,8 @@ def parser() -> argparse.ArgumentParser:
     serve.set_defaults(func=_serve)
 
     add_demo_command(sub)
+
+    add_bridge_commands(sub)
 
     keys = sub.add_parser("keys", help="signing keys")
     keys_sub = keys.add_subparsers(dest="keys_command", required=True)

@@ -24,21 +24,24 @@ _SECRET_KEY = re.compile(
 _PATTERNS = [
     # Authorization-style credentials anywhere in text.
     re.compile(r"(?i)\b(bearer|basic|token)\s+[A-Za-z0-9._~+/=-]{8,}"),
-    # Cookie / Set-Cookie header lines.
-    re.compile(r"(?i)\b(set-)?cookie\s*[:=]\s*[^\r\n]+"),
-    # JSON web tokens.
-    re.compile(r"\beyJ[A-Za-z0-9_-]{5,}\.[A-Za-z0-9_-]{5,}\.[A-Za-z0-9_-]*"),
+    # Cookie / Set-Cookie header lines; no `\b`: in a JSON-escaped header block the
+    # line break before `Cookie:` is the text `\n`, and `nCookie` has no word boundary.
+    re.compile(r"(?i)(set-)?cookie\s*[:=]\s*[^\r\n]+"),
+    # JSON web tokens. No `\b` around token patterns: next to a non-ASCII letter or digit
+    # (a word character too) there is no word boundary, and the token would pass.
+    re.compile(r"eyJ[A-Za-z0-9_-]{5,}\.[A-Za-z0-9_-]{5,}\.[A-Za-z0-9_-]*"),
     # itsdangerous-signed gateway tokens: payload.timestamp.signature.
-    re.compile(r"\b[A-Za-z0-9_-]{16,}\.[A-Za-z0-9_-]{4,12}\.[A-Za-z0-9_-]{20,}\b"),
+    re.compile(r"[A-Za-z0-9_-]{16,}\.[A-Za-z0-9_-]{4,12}\.[A-Za-z0-9_-]{20,}"),
     # key=value pairs with secret-looking keys, in query strings and env dumps.
     re.compile(
         r"(?i)\b([A-Za-z0-9_]*(?:token|secret|password|api_?key|auth)[A-Za-z0-9_]*)\s*=\s*[^\s&;,\"']+"
     ),
 ]
 # Absolute host paths: a POSIX path of two or more segments under a host-local root, or a
-# Windows drive path. Relative workspace paths (README.md, src/x.py) are kept.
+# Windows drive path. Relative workspace paths (README.md, src/x.py) are kept. A path also
+# starts after an escaped line break or tab (`\n/home/...` in JSON-escaped text).
 _HOST_PATH = re.compile(
-    r"(?<![\w/.:-])(?:/(?:home|root|Users|tmp|var|etc|opt|srv|mnt|usr|private|proc|run|work|data)"
+    r"(?:(?<![\w.-])|(?<=\\[nrt]))(?:/(?:home|root|Users|tmp|var|etc|opt|srv|mnt|usr|private|proc|run|work|data)"
     r"(?:/[^\s\"'<>|:;,]*)?|[A-Za-z]:\\[^\s\"'<>|]*|~/[^\s\"'<>|]*)"
 )
 _SECRET_ENV = re.compile(r"(?i)(token|secret|password|passwd|key|cookie|credential|auth)")

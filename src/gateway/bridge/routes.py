@@ -1,0 +1,65 @@
+"""HTTP doors of the bridge: `POST /v1/parent-tools` (bridge token) and
+`POST /v1/delegations` (agent token).
+
+Every answer is an envelope of the route's result schema, failures included: its top
+level `error {code, message, retryable}` is also the gateway's usual error body, so a
+client that only knows the HTTP contract reads it the same way. HTTP status: 401 for a
+missing, bad, expired or revoked token (a token of another purpose is bad), 413 for an
+oversized body, 422 for a body that is not a valid request envelope, and 200 for every
+request that was decided, whatever the envelope's status says.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import BaseRoute, Route
+
+from gateway.bridge.delegation import DelegationService
+from gateway.bridge.delegation_envelopes import delegation_failure
+from gateway.bridge.envelopes import failure
+from gateway.bridge.host import ParentToolHost
+from gateway.bridge.schemas import DELEGATIONS_PATH, PARENT_TOOLS_PATH
+from gateway.errors import AuthError, GatewayError
+from gateway.http.edge import agent_identity, bearer, read_json
+from gateway.runtime import Gateway
+from gateway.tokens import Purpose
+
+
+def _reply(status: int, body: dict[str, Any]) -> Response:
+    headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
+    return JSONResponse(body, status_code=status, headers=headers)
+
+
+def routes(gw: Gateway, host: ParentToolHost, delegations: DelegationService) -> list[BaseRoute]:
+    async def parent_tools(request: Request) -> Response:
+        try:
+            identity = await agent_identity(gw, request, Purpose.BRIDGE)
+        except AuthError as exc:
+            return _reply(401, failure("denied", str(exc.code), exc.message).wire())
+        try:
+            body = await read_json(request, gw.settings.max_body_bytes)
+        except GatewayError as exc:
+            result = failure("failed", str(exc.code), exc.message)
+            return _reply(exc.http_status, result.wire())
+        status, result = await host.handle(identity, bearer(request), body)
+        return _reply(status, result.wire())
+
+    async def delegate(request: Request) -> Response:
+        try:
+            identity = await agent_identity(gw, request, Purpose.AGENT)
+        except AuthError as exc:
+            return _reply(401, delegation_failure(str(exc.code), exc.message).wire())
+        try:
+            body = await read_json(request, gw.settings.max_body_bytes)
+        except GatewayError as exc:
+            return _reply(exc.http_status, delegation_failure(str(exc.code), exc.message).wire())
+        status, result = await delegations.handle(identity, body)
+        return _reply(status, result.wire())
+
+    return [
+        Route(PARENT_TOOLS_PATH, parent_tools, methods=["POST"]),
+        Route(DELEGATIONS_PATH, delegate, methods=["POST"]),
+    ]
