@@ -83,6 +83,8 @@ async def test_foreign_frame_and_subresources_never_load(browsers: BrowserGatewa
     assert any(t.endswith("/script.js") for t in targets)
     # The websocket's tunnel was refused at its CONNECT.
     assert browsers.sites.foreign.removeprefix("http://") in targets
+    navigations = [r for r in await browsers.evidence(task, "call") if r["status"] == "succeeded"]
+    assert navigations[-1]["context"]["blocked"]
 
 
 async def test_form_post_to_foreign_is_stopped(browsers: BrowserGateway) -> None:

@@ -280,9 +280,13 @@ class BrowserSession:
             ctx.evidence["page"] = self.url[:2048]
             if self.lost is not None:
                 raise self._gone()
-            denied = self.take_denials()
+            pending, self._pending = self._pending, []
+            denied = self._denial(pending)
             if denied is not None:
                 raise denied
+            if pending:
+                # Refused subresources: the page stayed on its origin; the call says so.
+                ctx.evidence["blocked"] = [v.public() for v in pending][:20]
             if error is not None:
                 raise error
             self.last_used = time.monotonic()
@@ -300,9 +304,8 @@ class BrowserSession:
             assert self._restoring is not None
             await asyncio.wait([self._restoring], timeout=SETTLE_TIMEOUT_S)
 
-    def take_denials(self) -> ToolFailure | None:
+    def _denial(self, pending: list[Violation]) -> ToolFailure | None:
         """The origin_blocked failure for what the guard stopped since the last call, if any."""
-        pending, self._pending = self._pending, []
         denying = [v for v in pending if v.denies]
         if not denying:
             return None
