@@ -316,6 +316,8 @@ async def test_no_tab_is_tab_unavailable_through_the_ui_tool(tab_gateway: TabGat
     assert result.status is ToolStatus.UNAVAILABLE
     assert result.error is not None
     assert (result.error.code, result.error.retryable) == ("tab_unavailable", True)
+    # Nothing is kept for a task whose tab never came.
+    assert identity.task_id not in tab_gateway.hub._channels
     bad = await tab_gateway.gw.pipeline.call(
         identity, "ui.open_view", {"view": "admin", "params": {}}, door=Door.MCP
     )

@@ -51,6 +51,9 @@ from gateway.tabs.views import Views
 log = logging.getLogger(__name__)
 
 
+ENDED_KEEP_S = 300.0
+
+
 @dataclass(frozen=True)
 class TabConfig:
     """Knobs of the tab channel; provide one before install to change them:
@@ -117,6 +120,7 @@ class TabHub:
         self._waiting: dict[str, asyncio.Future[TabOutcome]] = {}
         self._background: set[asyncio.Task[Any]] = set()
         self._ticker: asyncio.Task[None] | None = None
+        self._ended_at: dict[str, float] = {}
         registry = gw.metrics.registry
         self.rejected = Counter(
             "gateway_tab_frames_rejected",
@@ -176,6 +180,7 @@ class TabHub:
         finally:
             timer.cancel()
             self._waiting.pop(request_id, None)
+            self._forget_if_idle(channel)
         self.requests.labels(action.type, outcome.status.value).inc()
         return outcome
 
@@ -233,10 +238,9 @@ class TabHub:
     # -- lifecycle --------------------------------------------------------------------
 
     async def task_ended(self, task_id: str, _reason: str) -> None:
-        channel = self._channels.get(task_id)
-        if channel is not None:
-            self._apply(channel, channel.end("task_ended"))
-            self._forget_if_idle(channel)
+        channel = self._channel(task_id)
+        self._apply(channel, channel.end("task_ended"))
+        self._ended_at[task_id] = time.monotonic()
 
     def catalog_changed(self) -> None:
         """The registry changed: every tab gets a fresh `welcome` with its catalog."""
@@ -277,10 +281,19 @@ class TabHub:
         return channel
 
     def _forget_if_idle(self, channel: TabChannel) -> None:
-        # An ended channel is kept so a late hello still gets 4002 and the task probe can
-        # report it; an idle live one costs nothing to rebuild.
+        # An idle live channel costs nothing to rebuild. An ended one is kept for a while
+        # (`ENDED_KEEP_S`) so a hello racing the end still gets 4002; then it is pruned.
         if channel.ended is None and channel.conn_id is None and not channel.pending_ids():
             self._channels.pop(channel.task_id, None)
+
+    def _prune_ended(self) -> None:
+        horizon = time.monotonic() - ENDED_KEEP_S
+        for task_id, at in list(self._ended_at.items()):
+            if at < horizon:
+                del self._ended_at[task_id]
+                channel = self._channels.get(task_id)
+                if channel is not None and channel.conn_id is None and not channel.pending_ids():
+                    del self._channels[task_id]
 
     def _welcome(
         self, link: TabLink, hello: frames.Hello, token_expires_at: float
@@ -309,6 +322,7 @@ class TabHub:
         while True:
             await asyncio.sleep(self.config.tick_s)
             now = time.time()
+            self._prune_ended()
             for channel in list(self._channels.values()):
                 try:
                     self._apply(channel, channel.tick(now))
