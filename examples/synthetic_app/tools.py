@@ -173,6 +173,14 @@ def install_product_tools(gw: Gateway, app: SyntheticApp) -> list[Tool]:
         }
 
     async def prepare_draft(ctx: ToolContext, args: PrepareDraftInput) -> dict[str, Any]:
+        # The fields must also be fit to show (no URL or markup in a name...): check before
+        # anything is written, so a refused draft leaves no trace.
+        try:
+            ctx.service(TabHub).action(
+                "populate_draft", {"agent_id": args.agent_id, "fields": args.fields.given()}
+            )
+        except ValueError as exc:
+            raise ToolFailure(ToolStatus.FAILED, ErrorCode.INVALID_INPUT, str(exc)[:500]) from None
         written = await app.store.write_draft(_who(ctx), args.agent_id, args.fields)
         agent_id, draft = written["agent_id"], written["draft"]
         ctx.evidence["agent_id"] = agent_id

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 import pytest_asyncio
+from examples.synthetic_app.directory import USERS
 from examples.synthetic_app.models import RunRequest
 from examples.synthetic_app.serve import ExampleStack, running_stack
 from examples.synthetic_app.store import who
@@ -179,7 +180,7 @@ async def test_another_organization_is_refused_in_the_browser(
         await context.close()
 
 
-async def test_the_panel_comes_back_after_a_full_reload(
+async def test_the_panel_shows_text_and_comes_back_after_a_full_reload(
     chromium: Any, example: ExampleStack
 ) -> None:
     context, page = await new_page(chromium)
@@ -190,6 +191,20 @@ async def test_the_panel_comes_back_after_a_full_reload(
         await example.gateway.pipeline.call(
             identity, "dashboard.read_view", {}, door=GatewayDoor.MCP
         )
+        # A proposed change full of markup is shown as text: nothing in it becomes an element.
+        hostile = '<img src=x onerror="window.__pwned=1">'
+        shown = await example.gateway.pipeline.call(
+            identity,
+            "ui.display_proposed_change",
+            {"title": f"Rename {hostile}", "summary": hostile, "diff": f"- a\n+ {hostile}"},
+            door=GatewayDoor.MCP,
+        )
+        assert shown.ok, shown
+        assert await page.text_content("#assistant .proposal-summary") == hostile
+        assert await page.text_content("#assistant .proposal-diff") == f"- a\n+ {hostile}"
+        assert await page.locator("#assistant img").count() == 0
+        assert await page.evaluate("window.__pwned === undefined")
+
         tab_id = await page.evaluate("window.syntheticAssistant.session.tabId")
         await page.reload()
         # Same task, same tab id, the log of what the agent did is still there.
@@ -198,10 +213,36 @@ async def test_the_panel_comes_back_after_a_full_reload(
         assert await page.text_content('[data-testid="assistant-task"]') == (
             f"Task {identity.task_id}"
         )
-        assert await page.locator('[data-testid="assistant-log"] li').count() == 1
+        assert await page.locator('[data-testid="assistant-log"] li').count() == 2
         seen = await example.gateway.pipeline.call(
             identity, "dashboard.read_view", {}, door=GatewayDoor.MCP
         )
         assert seen.ok, seen
     finally:
         await context.close()
+
+
+async def test_the_task_browser_drives_the_sandbox_and_not_the_dashboard(
+    example: ExampleStack,
+) -> None:
+    control = example.dashboard.control
+    assert control is not None
+    task = await control.task_for("browser-session", USERS["ada"])
+    identity = await example.gateway.tasks.authenticate(task.agent_token, Purpose.AGENT)
+    assert identity.sandbox.app_origin == example.sandbox_url
+
+    async def call(tool: str, data: dict[str, Any]) -> Any:
+        return await example.gateway.pipeline.call(identity, tool, data, door=GatewayDoor.MCP)
+
+    opened = await call("browser.navigate", {"url": f"{example.sandbox_url}/signin"})
+    assert opened.ok, opened
+    snapshot = await call("browser.snapshot", {})
+    assert snapshot.ok, snapshot
+    assert "Sandbox instance" in snapshot.output["snapshot"]
+
+    # The dashboard (the user's real records) is not one of the task's origins.
+    for url in (f"{example.dashboard_url}/agents", f"{example.gateway_url}/healthz"):
+        refused = await call("browser.navigate", {"url": url})
+        assert refused.status == "denied", refused
+        assert refused.error is not None
+        assert refused.error.code == "origin_blocked"

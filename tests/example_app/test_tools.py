@@ -237,6 +237,11 @@ async def test_invalid_input_is_refused_before_anything_happens(stack: Stack) ->
         ("agents.prepare_draft", {"agent_id": agent_id, "fields": {"model": "gpt-unknown"}}),
         ("agents.prepare_draft", {"agent_id": agent_id, "fields": {"tools": ["rm_rf"]}}),
         (
+            "agents.prepare_draft",
+            {"agent_id": agent_id, "fields": {"name": "<img src=x onerror=alert(1)>"}},
+        ),
+        ("agents.prepare_draft", {"fields": {"name": "javascript:alert(1)"}}),
+        (
             "evals.start_run",
             {"agent_id": agent_id, "suite_id": suite_id, "budget": {"max_tokens": 10**9}},
         ),
@@ -250,6 +255,7 @@ async def test_invalid_input_is_refused_before_anything_happens(stack: Stack) ->
         assert result.error.code == "invalid_input", (tool, result)
     assert await stack.app.store.list_runs(ADA) == []
     assert (await stack.app.store.get_agent(ADA, agent_id))["draft"] is None
+    assert len(await stack.app.store.list_agents(ADA)) == 1
 
 
 async def test_an_unfinished_run_has_no_report_to_open(stack: Stack) -> None:
