@@ -414,14 +414,14 @@ class TabChannel:
 
     def _reply(self, conn: _Conn, reply: frames.Reply, now: float) -> list[Effect]:
         pending = self._pending.get(reply.id)
-        claimed = {
-            "request_id": reply.id,
-            "claimed_task_id": reply.task_id,
-            "claimed_tab_id": reply.tab_id,
-            "claimed_revision": reply.revision,
-        }
 
         def refuse(reason: str, message: str) -> list[Effect]:
+            claimed = {
+                "request_id": reply.id,
+                "claimed_task_id": reply.task_id,
+                "claimed_tab_id": reply.tab_id,
+                "claimed_revision": reply.revision,
+            }
             return self._refuse(
                 conn, reason, message, frame_type="reply", details=claimed, request_id=reply.id
             )

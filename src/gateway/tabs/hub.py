@@ -121,6 +121,8 @@ class TabHub:
         self._background: set[asyncio.Task[Any]] = set()
         self._ticker: asyncio.Task[None] | None = None
         self._ended_at: dict[str, float] = {}
+        # Labelled children, looked up once: `labels()` costs more than the count itself.
+        self._request_counters: dict[tuple[str, str], Any] = {}
         registry = gw.metrics.registry
         self.rejected = Counter(
             "gateway_tab_frames_rejected",
@@ -181,7 +183,11 @@ class TabHub:
             timer.cancel()
             self._waiting.pop(request_id, None)
             self._forget_if_idle(channel)
-        self.requests.labels(action.type, outcome.status.value).inc()
+        key = (action.type, outcome.status.value)
+        counter = self._request_counters.get(key)
+        if counter is None:
+            counter = self._request_counters[key] = self.requests.labels(*key)
+        counter.inc()
         return outcome
 
     def describe(self, task_id: str) -> dict[str, Any]:
