@@ -246,3 +246,35 @@ async def test_the_task_browser_drives_the_sandbox_and_not_the_dashboard(
         assert refused.status == "denied", refused
         assert refused.error is not None
         assert refused.error.code == "origin_blocked"
+
+
+async def test_a_user_runs_an_evaluation_from_the_pages(
+    chromium: Any, example: ExampleStack
+) -> None:
+    context, page = await new_page(chromium)
+    try:
+        await sign_in(page, example.dashboard_url, "ada")
+        await open_assistant(page, example, "ada")
+        await page.evaluate("window.__sameDocument = true")
+        await page.click('nav a[href="/suites"]')
+        await page.wait_for_selector('#view[data-view="suites"]')
+        await page.click('[data-testid="suites"] a')
+        await page.wait_for_selector('#view[data-view="suite"]')
+        await page.click('[data-testid="run-form"] button[type="submit"]')
+        # The run page follows the run live, to its terminal state and its report.
+        await page.wait_for_selector('#view[data-view="run"]')
+        assert "/runs/run_" in page.url
+        await page.wait_for_selector('[data-testid="report-link"]', timeout=15_000)
+        assert await page.text_content('[data-testid="run-state"]') == "completed"
+        states = await page.eval_on_selector_all(
+            '[data-testid="run-scenarios"] tr[data-state]', "rows => rows.map(r => r.dataset.state)"
+        )
+        assert states == ["passed", "failed", "failed", "provider_error"]
+        await page.click('[data-testid="report-link"]')
+        await page.wait_for_selector('#view[data-view="report"]')
+        await page.go_back()
+        await page.wait_for_selector('#view[data-view="run"]')
+        assert await page.evaluate("window.__sameDocument === true")
+        assert await page.get_attribute("#assistant", "data-state") == "connected"
+    finally:
+        await context.close()
