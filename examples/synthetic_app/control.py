@@ -25,6 +25,8 @@ TASK_SCOPES = ("agents:read", "agents:write", "evals:read", "evals:run", "ui", "
 TASK_TTL_S = 900
 # A task this close to its end is replaced rather than handed out again.
 RENEW_MARGIN_S = 60
+# Browser tabs of one session with an assistant task each, at most (the oldest ends first).
+MAX_TABS_PER_SESSION = 8
 
 
 @dataclass(frozen=True)
@@ -34,6 +36,7 @@ class AssistantTask:
     org_id: str
     expires_at: float
     tokens: dict[str, str] = field(repr=False)
+    created: float = field(default_factory=time.monotonic)
 
     @property
     def tab_token(self) -> str:
@@ -64,8 +67,9 @@ class ControlPlane:
         self.sandbox_origin = sandbox_origin
         self._control_key = control_key
         self._transport = transport
-        # Tasks by the dashboard session that opened them.
-        self._by_session: dict[str, AssistantTask] = {}
+        # Tasks by the dashboard session and the browser tab that opened them: each tab of
+        # the dashboard gets its own task, so two tabs never supersede each other.
+        self._by_session: dict[str, dict[str, AssistantTask]] = {}
         self._lock = asyncio.Lock()
 
     def _client(self) -> httpx.AsyncClient:
@@ -76,27 +80,48 @@ class ControlPlane:
             transport=self._transport,
         )
 
-    async def task_for(self, session_id: str, user: User) -> AssistantTask:
-        """The session's live task, or a new one for this user."""
+    async def task_for(
+        self, session_id: str, user: User, *, tab: str = "main", renew: bool = False
+    ) -> AssistantTask:
+        """The live task of this session's tab, or a new one for this user.
+
+        `renew` replaces the task even if it looks live (the page saw it end or expire).
+        """
+        stale: list[AssistantTask] = []
         async with self._lock:
-            current = self._by_session.get(session_id)
-            if current is not None and current.user_id == user.id and current.fresh(time.time()):
+            tabs = self._by_session.setdefault(session_id, {})
+            current = tabs.get(tab)
+            if (
+                current is not None
+                and not renew
+                and current.user_id == user.id
+                and current.fresh(time.time())
+            ):
                 return current
             task = await self._create(user)
-            self._by_session[session_id] = task
-        if current is not None:
-            await self._end(current.task_id)
+            if current is not None:
+                stale.append(current)
+            tabs.pop(tab, None)
+            tabs[tab] = task
+            while len(tabs) > MAX_TABS_PER_SESSION:
+                stale.append(tabs.pop(next(iter(tabs))))
+        for old in stale:
+            await self._end(old.task_id)
         return task
 
     def latest_for_user(self, user_id: str) -> AssistantTask | None:
         """The newest live task opened by this user (used by the demo's agent side)."""
         now = time.time()
-        tasks = [t for t in self._by_session.values() if t.user_id == user_id and t.fresh(now)]
-        return max(tasks, key=lambda t: t.expires_at, default=None)
+        live = [
+            task
+            for tabs in self._by_session.values()
+            for task in tabs.values()
+            if task.user_id == user_id and task.fresh(now)
+        ]
+        return max(live, key=lambda task: task.created, default=None)
 
     async def end_session(self, session_id: str) -> None:
-        task = self._by_session.pop(session_id, None)
-        if task is not None:
+        for task in self._by_session.pop(session_id, {}).values():
             await self._end(task.task_id)
 
     async def close(self) -> None:

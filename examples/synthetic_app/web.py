@@ -8,7 +8,9 @@ the control plane), and the sandbox instance a task's browser is assigned to.
 from __future__ import annotations
 
 import contextlib
+import json
 import math
+import re
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
@@ -34,6 +36,7 @@ from examples.synthetic_app.store import AppStore, Who, who
 from gateway.errors import AuthError, GatewayError
 
 STATIC = Path(__file__).parent / "static"
+TAB_KEY = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 MAX_FORM_BYTES = 64 * 1024
 
 
@@ -145,6 +148,23 @@ def build_web(app: SyntheticApp) -> Starlette:
             if len(body) > MAX_FORM_BYTES:
                 raise InvalidInput("the form is too large")
         return parse_qs(body.decode("utf-8", "replace"), keep_blank_values=True)
+
+    async def form_json(request: Request) -> dict[str, Any]:
+        """An optional small JSON object body (empty body: `{}`)."""
+        raw = b""
+        async for chunk in request.stream():
+            raw += chunk
+            if len(raw) > 4096:
+                raise InvalidInput("the request body is too large")
+        if not raw.strip():
+            return {}
+        try:
+            value = json.loads(raw)
+        except ValueError:
+            raise InvalidInput("the body must be JSON") from None
+        if not isinstance(value, dict):
+            raise InvalidInput("the body must be a JSON object")
+        return value
 
     def first(data: dict[str, list[str]], key: str) -> str | None:
         values = data.get(key)
@@ -277,8 +297,14 @@ def build_web(app: SyntheticApp) -> Starlette:
         """The tab token for this session's task: same-origin, behind the session cookie."""
         if app.control is None:
             raise NotFound("this instance has no assistant")
+        body = await form_json(request)
+        tab = body.get("tab", "main")
+        if not isinstance(tab, str) or not TAB_KEY.match(tab):
+            raise InvalidInput("tab must be 1 to 64 of [A-Za-z0-9_-]")
         try:
-            task = await app.control.task_for(signed.session_id, signed.user)
+            task = await app.control.task_for(
+                signed.session_id, signed.user, tab=tab, renew=body.get("renew") is True
+            )
         except ControlPlaneError as exc:
             return JSONResponse(
                 {"error": {"code": "unavailable", "message": str(exc), "retryable": True}},

@@ -190,8 +190,19 @@ async def test_the_tab_token_comes_only_from_the_session_endpoint(stack: Stack) 
         assert identity.sandbox.app_origin == "http://127.0.0.1:9"
         with pytest.raises(Exception, match=r"purpose|token"):
             await gw.tasks.authenticate(grant["tab_token"], Purpose.AGENT)
-        # The same session gets the same task back; signing out ends it.
+        # The same tab of the same session gets the same task back; another browser tab of
+        # the session gets its own (so neither supersedes the other); `renew` replaces one.
         assert (await client.post("/api/assistant/session")).json()["task_id"] == grant["task_id"]
+        other = (await client.post("/api/assistant/session", json={"tab": "t2"})).json()
+        assert other["task_id"] != grant["task_id"]
+        renewed = (
+            await client.post("/api/assistant/session", json={"tab": "t2", "renew": True})
+        ).json()
+        assert renewed["task_id"] != other["task_id"]
+        assert gw.tasks.status_of(await gw.tasks.get(other["task_id"])) == "ended"
+        bad = await client.post("/api/assistant/session", json={"tab": "../x"})
+        assert bad.status_code == 422
+        # Signing out ends every task of the session.
         await client.post("/signout")
-        record = await gw.tasks.get(grant["task_id"])
-        assert gw.tasks.status_of(record) == "ended"
+        for task_id in (grant["task_id"], renewed["task_id"]):
+            assert gw.tasks.status_of(await gw.tasks.get(task_id)) == "ended"

@@ -5,6 +5,20 @@ import { currentView, followRun, navigate, onViewChange, pathOf } from "./nav.js
 
 const LOG_KEY = "assistant.log";
 const OPEN_KEY = "assistant.open";
+const TAB_KEY = "assistant.tab";
+// After these, the task is gone or its token is: the next open asks for a fresh task.
+const FINAL = new Set(["task_ended", "token_expired"]);
+
+// This browser tab's key for the dashboard backend: each tab gets its own task.
+function tabKey() {
+  let key = sessionStorage.getItem(TAB_KEY);
+  if (!key) {
+    const bytes = crypto.getRandomValues(new Uint8Array(12));
+    key = Array.from(bytes, (b) => b.toString(16).padStart(2, "0")).join("");
+    sessionStorage.setItem(TAB_KEY, key);
+  }
+  return key;
+}
 const MAX_LOG = 60;
 
 function $(panel, selector) {
@@ -60,6 +74,7 @@ export function startAssistant(panel, gatewayUrl) {
   let entries = loadLog();
   let session = null;
   let opening = null;
+  let renew = false;
 
   function setStatus(text) {
     status.textContent = text;
@@ -242,6 +257,7 @@ export function startAssistant(panel, gatewayUrl) {
       if (session === opened) session = null;
       // Leaving the page is not a loss of the assistant: the next page reconnects.
       if (event.detail.reason === "pagehide") return;
+      if (FINAL.has(event.detail.reason)) renew = true;
       setStatus("disconnected");
       openButton.hidden = false;
       openButton.disabled = false;
@@ -260,7 +276,8 @@ export function startAssistant(panel, gatewayUrl) {
         const response = await fetch("/api/assistant/session", {
           method: "POST",
           credentials: "same-origin",
-          headers: { accept: "application/json" },
+          headers: { accept: "application/json", "content-type": "application/json" },
+          body: JSON.stringify({ tab: tabKey(), renew }),
         });
         if (!response.ok) throw new Error(`the dashboard refused (${response.status})`);
         const grant = await response.json();
@@ -274,6 +291,7 @@ export function startAssistant(panel, gatewayUrl) {
         });
         watch(opened);
         session = opened;
+        renew = false;
         taskLine.textContent = `Task ${grant.task_id}`;
         taskLine.dataset.taskId = grant.task_id;
         taskLine.hidden = false;
