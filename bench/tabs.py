@@ -116,7 +116,7 @@ async def gateway(origin: str, echo: Echo, data: Path) -> AsyncIterator[tuple[st
         yield base_url, gw
 
 
-async def run(rounds: int, tab_count: int) -> int:
+async def run(rounds: int, tab_count: int, loop: str = "asyncio") -> int:
     from playwright.async_api import async_playwright
 
     echo = Echo()
@@ -213,6 +213,7 @@ async def run(rounds: int, tab_count: int) -> int:
         rows,
         {
             "tabs_connected": connected,
+            "event_loop": loop,
             "goals": {"p50_ratio": P50_GOAL, "p99_ratio": P99_GOAL},
             "met": ok,
             "last_shown": shown,
@@ -230,8 +231,18 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--rounds", type=int, default=2000)
     parser.add_argument("--tabs", type=int, default=32)
+    parser.add_argument(
+        "--loop",
+        choices=["uvloop", "asyncio"],
+        default="uvloop",
+        help="the event loop; `gateway serve` runs on uvloop when it is installed",
+    )
     args = parser.parse_args()
-    return asyncio.run(run(args.rounds, args.tabs))
+    if args.loop == "uvloop":
+        import uvloop
+
+        return uvloop.run(run(args.rounds, args.tabs, args.loop))
+    return asyncio.run(run(args.rounds, args.tabs, args.loop))
 
 
 if __name__ == "__main__":
