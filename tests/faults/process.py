@@ -35,7 +35,7 @@ class GatewayProcess:
         assert self.proc is not None
         return self.proc.pid
 
-    def start(self, timeout_s: float = 30) -> None:
+    def start(self, timeout_s: float = 90) -> None:
         self.proc = subprocess.Popen(
             [
                 sys.executable,

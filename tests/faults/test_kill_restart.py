@@ -50,9 +50,9 @@ async def burst(base_url: str, token: str, kill: GatewayProcess) -> dict[str, di
         if len(answered) >= BURST // 4:
             enough.set()
 
-    async with httpx.AsyncClient(base_url=base_url, timeout=30) as client:
+    async with httpx.AsyncClient(base_url=base_url, timeout=120) as client:
         tasks = [asyncio.create_task(one(client, i)) for i in range(BURST)]
-        await asyncio.wait_for(enough.wait(), timeout=60)
+        await asyncio.wait_for(enough.wait(), timeout=180)
         kill.kill()
         await asyncio.gather(*tasks)
     return answered
