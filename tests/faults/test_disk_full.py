@@ -25,6 +25,7 @@ def gateway(tmp_path: Path) -> Iterator[GatewayProcess]:
         process.stop()
 
 
+@pytest.mark.timeout(300)
 def test_a_full_disk_fails_writes_clearly_and_the_gateway_recovers(
     gateway: GatewayProcess,
 ) -> None:

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 
 from tests.conftest import task_body
 from tests.faults.process import CONTROL_KEY, GatewayProcess
@@ -58,6 +59,7 @@ async def burst(base_url: str, token: str, kill: GatewayProcess) -> dict[str, di
     return answered
 
 
+@pytest.mark.timeout(300)
 async def test_sigkill_mid_burst_loses_nothing_answered(tmp_path: Path) -> None:
     gateway = GatewayProcess(tmp_path / "data")
     gateway.start()
