@@ -110,6 +110,17 @@ async def test_tools_are_gone_after_the_task_ends(e2e: E2E) -> None:
     assert await page.webmcp.tools() == []
 
 
+async def test_tools_are_gone_when_the_tab_token_expires(e2e: E2E) -> None:
+    body = await e2e.live.create_task(scopes=["ui", "demo"])
+    short, _ = e2e.live.gw.tokens.mint(body["task_id"], Purpose.TAB, 2)
+    page = await e2e.page()
+    await e2e.start(page, short)
+    assert len(await page.webmcp.tools()) == 7
+    [closed] = await e2e.wait_event(page, "closed")
+    assert closed["reason"] == "token_expired"
+    assert await page.webmcp.tools() == []
+
+
 class NoteInput(BaseModel):
     note: str
 
