@@ -38,10 +38,16 @@ def add_command(sub: Any) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    if args.data_dir is not None:
-        return asyncio.run(run(args.data_dir, args.screenshot, args.door))
-    with tempfile.TemporaryDirectory(prefix="gateway-demo-") as tmp:
-        return asyncio.run(run(Path(tmp), args.screenshot, args.door))
+    from gateway.chromium import BrowserNotFound
+
+    try:
+        if args.data_dir is not None:
+            return asyncio.run(run(args.data_dir, args.screenshot, args.door))
+        with tempfile.TemporaryDirectory(prefix="gateway-demo-") as tmp:
+            return asyncio.run(run(Path(tmp), args.screenshot, args.door))
+    except BrowserNotFound as exc:
+        print(f"demo: {exc} (make setup installs one)", file=sys.stderr)
+        return 2
 
 
 async def run(data_dir: Path, screenshot: Path, door_name: str = "mcp") -> int:

@@ -13,7 +13,8 @@ import asyncio
 import contextlib
 import os
 import secrets
-from collections.abc import AsyncIterator
+import signal
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -128,6 +129,15 @@ def sign_in_help(dashboard_url: str) -> str:
     )
 
 
+class _Server(uvicorn.Server):
+    """A uvicorn server that leaves signals to `serve_with_example` (three servers share
+    one process; each capturing SIGINT for itself would stop only one of them)."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
+
+
 async def serve_with_example(settings: Settings) -> None:
     """`gateway serve` with the example: the gateway in front, both instances beside it."""
     host = settings.host
@@ -139,23 +149,49 @@ async def serve_with_example(settings: Settings) -> None:
         dashboard_url=f"http://{host}:{dashboard_port}",
         sandbox_url=f"http://{host}:{sandbox_port}",
     )
-    main = uvicorn.Server(
-        uvicorn.Config(
-            stack.gateway_app,
-            host=host,
-            port=settings.port,
-            log_level="info",
-            ws_max_size=1024 * 1024,
-            proxy_headers=False,
+    servers = [
+        _Server(
+            uvicorn.Config(
+                app,
+                host=host,
+                port=port,
+                log_level=level,
+                ws_max_size=1024 * 1024,
+                proxy_headers=False,
+            )
         )
-    )
-    async with (
-        serving(stack.dashboard.asgi(), host=host, port=dashboard_port),
-        serving(stack.sandbox.asgi(), host=host, port=sandbox_port),
-    ):
-        print(sign_in_help(stack.dashboard_url), flush=True)
-        print(f"example: sandbox instance on {stack.sandbox_url}/", flush=True)
-        await main.serve()
+        for app, port, level in (
+            (stack.gateway_app, settings.port, "info"),
+            (stack.dashboard.asgi(), dashboard_port, "info"),
+            (stack.sandbox.asgi(), sandbox_port, "info"),
+        )
+    ]
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(NotImplementedError):  # not on every platform
+            loop.add_signal_handler(sig, stop.set)
+    tasks = [asyncio.create_task(server.serve()) for server in servers]
+    try:
+        while not all(server.started for server in servers):
+            if stop.is_set() or any(task.done() for task in tasks):
+                break  # stopped early, or one failed to start (its port is taken...)
+            await asyncio.sleep(0.05)
+        else:
+            print(sign_in_help(stack.dashboard_url), flush=True)
+            print(f"example: sandbox instance on {stack.sandbox_url}/", flush=True)
+            waiter = asyncio.create_task(stop.wait())
+            await asyncio.wait([waiter, *tasks], return_when=asyncio.FIRST_COMPLETED)
+            waiter.cancel()
+    finally:
+        # The instances first (their assistant tasks end on the still-running gateway).
+        for server in reversed(servers):
+            server.should_exit = True
+            await asyncio.gather(tasks[servers.index(server)], return_exceptions=True)
+    for task in tasks:
+        error = task.exception() if task.done() and not task.cancelled() else None
+        if error is not None:
+            raise error
 
 
 def run(settings: Settings) -> int:
