@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import json
 import logging
+from collections.abc import Awaitable, Callable
 
 from starlette.websockets import WebSocket, WebSocketDisconnect, WebSocketState
 
@@ -61,7 +62,7 @@ async def _first_frame(ws: WebSocket, hub: TabHub) -> str | None:
     return str(text)
 
 
-def endpoint(hub: TabHub) -> object:
+def endpoint(hub: TabHub) -> Callable[[WebSocket], Awaitable[None]]:
     gw = hub.gw
 
     async def tabs(ws: WebSocket) -> None:

@@ -26,6 +26,6 @@ def install(gw: Gateway) -> list[BaseRoute]:
     gw.on_shutdown(hub.stop)
     gw.task_probes["tab"] = hub.describe
     return [
-        WebSocketRoute("/v1/tabs", endpoint(hub)),  # type: ignore[arg-type]
+        WebSocketRoute("/v1/tabs", endpoint(hub)),
         *shim.routes(gw.settings.dashboard_origins),
     ]
