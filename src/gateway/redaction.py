@@ -27,15 +27,16 @@ _PATTERNS = [
     # Cookie / Set-Cookie header lines; no `\b`: in a JSON-escaped header block the
     # line break before `Cookie:` is the text `\n`, and `nCookie` has no word boundary.
     re.compile(r"(?i)(set-)?cookie\s*[:=]\s*[^\r\n]+"),
-    # JSON web tokens. No `\b` around token patterns: next to a non-ASCII letter or digit
-    # (a word character too) there is no word boundary, and the token would pass.
-    re.compile(r"eyJ[A-Za-z0-9_-]{5,}\.[A-Za-z0-9_-]{5,}\.[A-Za-z0-9_-]*"),
+    # JSON web tokens. Token patterns start where a run of token characters starts: not at
+    # `\b`, which a non-ASCII letter or digit next to the token hides, and not anywhere,
+    # which would retry every position of a long run (quadratic on a 200 kB string).
+    re.compile(r"(?<![A-Za-z0-9_-])eyJ[A-Za-z0-9_-]{5,}\.[A-Za-z0-9_-]{5,}\.[A-Za-z0-9_-]*"),
     # itsdangerous-signed gateway tokens: payload.timestamp.signature.
-    re.compile(r"[A-Za-z0-9_-]{16,}\.[A-Za-z0-9_-]{4,12}\.[A-Za-z0-9_-]{20,}"),
-    # key=value pairs with secret-looking keys, in query strings and env dumps.
-    re.compile(
-        r"(?i)\b([A-Za-z0-9_]*(?:token|secret|password|api_?key|auth)[A-Za-z0-9_]*)\s*=\s*[^\s&;,\"']+"
-    ),
+    re.compile(r"(?<![A-Za-z0-9_-])[A-Za-z0-9_-]{16,}\.[A-Za-z0-9_-]{4,12}\.[A-Za-z0-9_-]{20,}"),
+    # key=value pairs with secret-looking keys, in query strings and env dumps. Matched from
+    # the secret word on (`GITHUB_TOKEN=x` keeps `GITHUB_`), with a bounded tail: an
+    # unbounded `[..]*word[..]*` retries every split of a long word (minutes on 200 kB).
+    re.compile(r"(?i)(?:token|secret|password|api_?key|auth)[A-Za-z0-9_]{0,64}\s*=\s*[^\s&;,\"']+"),
 ]
 # Absolute host paths: a POSIX path of two or more segments under a host-local root, or a
 # Windows drive path. Relative workspace paths (README.md, src/x.py) are kept. A path also

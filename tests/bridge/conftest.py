@@ -14,9 +14,11 @@ from typing import Any
 import pytest
 from pydantic import BaseModel, ConfigDict
 
-from gateway.bridge import BridgeClient, ParentToolBridge, as_host_command, load_bridge
+from gateway.app import Extension
+from gateway.bridge import BridgeClient, ParentToolBridge, as_host_command, install, load_bridge
 from gateway.bridge.schemas import ENDPOINT_ENV, TOKEN_ENV
 from gateway.errors import ToolFailure
+from gateway.http import health, tasks
 from gateway.registry import Tool, ToolContext
 from gateway.results import ErrorCode, ToolStatus
 from gateway.runtime import Gateway
@@ -24,6 +26,9 @@ from gateway.settings import Settings
 from tests.conftest import Live
 
 FIXTURES = Path(__file__).parent / "fixtures"
+# The core routes and the bridge: the other doors have nothing to do with these tests and
+# would only make every gateway slower to start.
+EXTENSIONS: list[Extension] = [health.routes, tasks.routes, install]
 MODES = ("host_endpoint", "host_command")
 
 # The probe task may call these; `test.secret` is registered and in scope but left off
@@ -149,6 +154,8 @@ async def bridge(
     settings: Settings, live_factory: Callable[..., Any]
 ) -> AsyncIterator[BridgeSetup]:
     probe = Probe()
-    async with live_factory(settings, setup=lambda gw: add_probe_tools(gw, probe)) as live:
+    async with live_factory(
+        settings, setup=lambda gw: add_probe_tools(gw, probe), extensions=EXTENSIONS
+    ) as live:
         task = await live.create_task(scopes=SCOPES, allowed_tools=ALLOWED)
         yield BridgeSetup(live, probe, task)

@@ -10,6 +10,7 @@ import pytest
 from gateway.bridge import ParentToolResult, load_bridge, sandbox_env_values
 from gateway.bridge.schemas import TOKEN_ENV
 from tests.bridge.conftest import ALLOWED, SCOPES, BridgeSetup, fixture
+from tests.conftest import Live
 
 PATH = "/v1/parent-tools"
 
@@ -249,3 +250,16 @@ async def test_calls_through_the_bridge_are_recorded_as_bridge_evidence(
     assert answer["artifacts"]["evidence"] == [
         {"kind": "tool-call", "call_id": calls[0]["call_id"]}
     ]
+
+
+async def test_a_default_gateway_offers_the_bridge_and_its_workspace_tools(live: Live) -> None:
+    task = await live.create_task(scopes=["workspace:read"])
+    envelope = load_bridge(task["parent_tool_bridge"])
+    assert envelope.allowed_tools == ["workspace.read", "workspace.search"]
+    body = {**fixture("request_seed.json"), "sandbox_session": {}, "input": {"path": "none.md"}}
+    response = await live.http.post(
+        PATH, json=body, headers={"authorization": f"Bearer {task['tokens']['bridge']}"}
+    )
+    answer = response.json()
+    assert answer["request_id"] == "ptr_123"
+    assert (answer["status"], answer["error"]["code"]) == ("failed", "not_found")

@@ -21,12 +21,20 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from gateway.app import build_app, default_extensions
+from gateway.app import build_app
 from gateway.redaction import Redactor
 from gateway.runtime import Gateway
 from gateway.serving import serving
 from gateway.settings import Settings
-from tests.bridge.conftest import ALLOWED, SCOPES, BridgeSetup, Probe, add_probe_tools, fixture
+from tests.bridge.conftest import (
+    ALLOWED,
+    EXTENSIONS,
+    SCOPES,
+    BridgeSetup,
+    Probe,
+    add_probe_tools,
+    fixture,
+)
 from tests.conftest import task_body
 
 ENV_SECRETS = {
@@ -66,7 +74,7 @@ def host(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Host]:
             )
         )
         add_probe_tools(gw, Probe())
-        server = serving(build_app(gateway=gw, extensions=default_extensions()))
+        server = serving(build_app(gateway=gw, extensions=EXTENSIONS))
         base_url = run(server.__aenter__())
         try:
             with httpx.Client(base_url=base_url) as http:
@@ -248,3 +256,15 @@ async def test_the_bridge_token_never_appears_in_a_transcript_or_the_answer(
     stored = await bridge.gw.store.read_artifact(ref_art)
     assert token not in stored.decode()
     assert ref_art.task_id == bridge.task["task_id"]
+
+
+@pytest.mark.parametrize(
+    "run", ["x" * 200_000, "token" * 40_000, ("a" * 20 + ".") * 10_000], ids=["x", "token", "dots"]
+)
+def test_a_long_hostile_run_is_still_redacted(run: str) -> None:
+    """Regression: such runs made the token and key=value patterns backtrack for minutes,
+    stalling the call that carried them (the suite's timeout is what would notice)."""
+    redactor = Redactor([], include_env=False)
+    out = redactor.text(f"{run} GITHUB_TOKEN=ghp_abcdef123456 {run}")
+    assert "ghp_abcdef123456" not in out
+    assert len(out) > 2 * len(run) - 10
