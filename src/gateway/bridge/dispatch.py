@@ -15,11 +15,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import os
 import signal
+import ssl
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
+import certifi
 import httpx
 
 from gateway.bridge.envelopes import ParentToolRequest, ParentToolResult, failure
@@ -84,6 +87,12 @@ def read_result(request: ParentToolRequest, text: bytes | str) -> ParentToolResu
     return result
 
 
+@functools.cache
+def _tls() -> ssl.SSLContext:
+    # Built once: a fresh context per call (httpx's default) costs more than the call.
+    return ssl.create_default_context(cafile=certifi.where())
+
+
 class EndpointDispatch:
     def __init__(
         self, url: str, token: str, *, transport: httpx.AsyncBaseTransport | None = None
@@ -98,7 +107,10 @@ class EndpointDispatch:
             async with (
                 asyncio.timeout(timeout_s),
                 httpx.AsyncClient(
-                    timeout=timeout_s, transport=self.transport, follow_redirects=False
+                    timeout=timeout_s,
+                    transport=self.transport,
+                    follow_redirects=False,
+                    verify=_tls(),
                 ) as client,
             ):
                 response = await client.post(self.url, json=request.wire(), headers=headers)
