@@ -101,6 +101,8 @@ class BrowserSession:
         self._restoring: asyncio.Task[None] | None = None
         self._document_url = BLANK
         self.loss_reported = False
+        # Called once when the task's first call is over (the pool's start admission).
+        self.on_started: Callable[[], None] | None = None
 
     # -- opening ------------------------------------------------------------------------
 
@@ -261,8 +263,19 @@ class BrowserSession:
         self.loss_reported = True
         return browser_unavailable(f"the task's browser is gone ({self.lost}); retry")
 
+    def release_start(self) -> None:
+        release, self.on_started = self.on_started, None
+        if release is not None:
+            release()
+
     async def run(self, ctx: ToolContext, action: Callable[[Page], Awaitable[T]]) -> T:
         """Run one call's action on the page, then settle and apply the guard's verdict."""
+        try:
+            return await self._run(ctx, action)
+        finally:
+            self.release_start()
+
+    async def _run(self, ctx: ToolContext, action: Callable[[Page], Awaitable[T]]) -> T:
         async with self.lock:
             if self.lost is not None:
                 raise self._gone()
@@ -351,6 +364,7 @@ class BrowserSession:
         if self.closed:
             return
         self.closed = True
+        self.release_start()
         identity = self.identity
         trace: ArtifactRef | None = None
         if identity is not None and self.trace and self.lost is None:

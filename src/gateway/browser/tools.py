@@ -7,7 +7,6 @@ belong to that snapshot; the evidence of each call names the page it acted on.
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 from playwright.async_api import Page
@@ -116,11 +115,10 @@ async def snapshot(ctx: ToolContext, _args: SnapshotInput) -> dict[str, Any]:
     session = await _session(ctx)
 
     async def act(page: Page) -> dict[str, Any]:
-        snap, title = await asyncio.gather(session.take_snapshot(page), page.title())
+        snap = await session.take_snapshot(page)
         return {
             "snapshot_id": f"s{snap.seq}",
             "url": page.url,
-            "title": title,
             "snapshot": snap.text,
             "truncated": snap.truncated,
         }
