@@ -4,7 +4,8 @@ Three servers, each in its own process, serve the same no-op tool:
 - `gateway`: the gateway's `/v1/mcp` (bearer check, catalog, pipeline with its evidence
   committed, SDK transport);
 - `bare sdk`: the official MCP SDK's low-level server with its streamable HTTP app, at the
-  SDK's defaults, and nothing else;
+  SDK's defaults, and nothing else (the goal's baseline); `bare sdk json` is the same in
+  the SDK's JSON-response, stateless mode, its cheapest, shown for the per-request form;
 - `bare handler`: a Starlette route that parses a JSON-RPC request and answers it.
 
 One client measures them all, interleaved round by round so drift hits each the same way:
@@ -48,7 +49,7 @@ ACCEPT = {"accept": "application/json, text/event-stream", "content-type": "appl
 # -- the three servers (each run in a child process: `python -m bench.mcp --serve X`) ------
 
 
-def gateway_app(data_dir: Path) -> Any:
+def gateway_app(data_dir: Path, *, evidence: bool = True) -> Any:
     from pydantic import BaseModel
 
     from gateway import mcp_door
@@ -73,12 +74,20 @@ def gateway_app(data_dir: Path) -> Any:
     async def noop(_ctx: ToolContext, _args: Empty) -> dict[str, Any]:
         return {"ok": True}
 
+    if not evidence:
+        # Diagnostic only: the same door and pipeline, with the evidence commit skipped,
+        # to show how much of the gap to the bare SDK is the durable evidence write.
+        async def skip(_rows: Any) -> None:
+            return None
+
+        gw.store.commit = skip  # type: ignore[method-assign,assignment]
+
     # The core routes and the MCP door: the parts a tool call through MCP goes through
     # (the browser pool would only add a Chromium to this process's load).
     return build_app(gateway=gw, extensions=[health.routes, tasks.routes, mcp_door.install])
 
 
-def bare_sdk_app() -> Any:
+def bare_sdk_app(json_mode: bool = False) -> Any:
     import mcp_types as types
     from mcp.server.lowlevel import Server
 
@@ -100,7 +109,9 @@ def bare_sdk_app() -> Any:
         )
 
     server: Server[Any] = Server("bare", on_list_tools=list_tools, on_call_tool=call_tool)
-    return server.streamable_http_app(streamable_http_path="/v1/mcp")
+    return server.streamable_http_app(
+        streamable_http_path="/v1/mcp", json_response=json_mode, stateless_http=json_mode
+    )
 
 
 def bare_handler_app() -> Any:
@@ -133,7 +144,9 @@ def serve(kind: str, port: int) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         app = {
             "gateway": lambda: gateway_app(Path(tmp)),
+            "gateway, no evidence": lambda: gateway_app(Path(tmp), evidence=False),
             "bare sdk": bare_sdk_app,
+            "bare sdk json": lambda: bare_sdk_app(json_mode=True),
             "bare handler": bare_handler_app,
         }[kind]()
         uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on")
@@ -283,17 +296,21 @@ async def measure(rounds: int, per_round: int) -> tuple[list[dict[str, Any]], di
 
     async with (
         child_server("gateway") as gateway,
+        child_server("gateway, no evidence") as bare_gateway,
         child_server("bare sdk") as sdk,
+        child_server("bare sdk json") as sdk_json,
         child_server("bare handler") as handler,
     ):
-        token = await create_task(gateway)
-        auth = {"authorization": f"Bearer {token}"}
+        auth = {"authorization": f"Bearer {await create_task(gateway)}"}
+        diag = {"authorization": f"Bearer {await create_task(bare_gateway)}"}
         limits = httpx.Limits(max_keepalive_connections=4)
         async with httpx.AsyncClient(limits=limits, timeout=30) as http:
             per_request = await interleaved(
                 {
                     "gateway": await raw_modern(http, gateway + "/v1/mcp", auth),
+                    "gateway, no evidence": await raw_modern(http, bare_gateway + "/v1/mcp", diag),
                     "bare sdk": await raw_modern(http, sdk + "/v1/mcp", {}),
+                    "bare sdk json": await raw_modern(http, sdk_json + "/v1/mcp", {}),
                     "bare handler": await raw_modern(http, handler + "/v1/mcp", {}),
                 },
                 rounds,
@@ -302,6 +319,7 @@ async def measure(rounds: int, per_round: int) -> tuple[list[dict[str, Any]], di
             in_session = await interleaved(
                 {
                     "gateway": await raw_session(http, gateway + "/v1/mcp", auth),
+                    "gateway, no evidence": await raw_session(http, bare_gateway + "/v1/mcp", diag),
                     "bare sdk": await raw_session(http, sdk + "/v1/mcp", {}),
                     "bare handler": await raw_session(http, handler + "/v1/mcp", {}),
                 },
