@@ -218,3 +218,26 @@ async def test_one_task_cannot_fill_the_session_table(door: DoorLive) -> None:
     )
     assert closed.status_code == 200
     assert (await post_initialize(door, task["tokens"]["agent"])).status_code == 200
+
+
+async def test_an_oversized_request_is_refused_unread(door: DoorLive) -> None:
+    task = await door.live.create_task()
+    limit = door.live.gateway.settings.max_body_bytes
+    body = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "tools/call",
+        "params": {"name": "test.noop", "arguments": {"pad": "x" * limit}},
+    }
+    response = await door.live.http.post(
+        "/v1/mcp",
+        json=body,
+        headers={
+            **MCP_HEADERS,
+            "authorization": f"Bearer {task['tokens']['agent']}",
+            "mcp-protocol-version": "2026-07-28",
+        },
+    )
+    assert response.status_code == 413
+    assert response.json()["error"]["code"] == "payload_too_large"
+    assert [r for r in await door.evidence(task["task_id"]) if r["kind"] == "call"] == []
