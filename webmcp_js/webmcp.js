@@ -244,9 +244,11 @@ class GatewaySession extends EventTarget {
 
   /** The page navigated or its view changed: bump the revision and tell the gateway. */
   state(view = {}) {
-    this._lastView = { ...this._lastView, ...cloneJson(view) };
+    const given = cloneJson(view) || {};
+    this._lastView = { ...this._lastView, ...given };
     this.revision += 1;
-    this._send({ type: "state", revision: this.revision, view: this.snapshot() });
+    // What the page says it now shows wins over a `view()` callback that may lag behind.
+    this._send({ type: "state", revision: this.revision, view: { ...this.snapshot(), ...given } });
     return this.revision;
   }
 

@@ -201,7 +201,7 @@ class Site:
     foreign: str  # the same page under another origin (not allowed)
 
 
-@pytest_asyncio.fixture(loop_scope="session", scope="session")
+@pytest_asyncio.fixture(loop_scope="package", scope="package")
 async def dashboard_site() -> AsyncIterator[Site]:
     from tests.tabs.dashboard import dashboard_app
 
@@ -209,7 +209,7 @@ async def dashboard_site() -> AsyncIterator[Site]:
         yield Site(origin, origin.replace("127.0.0.1", "localhost"))
 
 
-@pytest_asyncio.fixture(loop_scope="session", scope="session")
+@pytest_asyncio.fixture(loop_scope="package", scope="package")
 async def chromium() -> AsyncIterator[Any]:
     from playwright.async_api import async_playwright
 
@@ -293,7 +293,7 @@ class E2E:
     _contexts: list[Any]
 
 
-@pytest_asyncio.fixture(loop_scope="session")
+@pytest_asyncio.fixture(loop_scope="package")
 async def e2e(tmp_path: Path, dashboard_site: Site, chromium: Any) -> AsyncIterator[E2E]:
     async with _start(tmp_path, [dashboard_site.origin], None, setup=register_demo_tools) as live:
         harness = E2E(live, dashboard_site, chromium, [])

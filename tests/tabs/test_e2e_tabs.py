@@ -14,7 +14,7 @@ from gateway.tabs.actions import DisplayProposedChange
 from gateway.tokens import Purpose
 from tests.tabs.conftest import E2E
 
-pytestmark = [pytest.mark.browser, pytest.mark.asyncio(loop_scope="session")]
+pytestmark = [pytest.mark.browser, pytest.mark.asyncio(loop_scope="package")]
 
 ARTIFACTS = Path(__file__).parents[2] / "test-artifacts" / "tabs"
 

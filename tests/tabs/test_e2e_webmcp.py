@@ -19,7 +19,7 @@ from gateway.results import Door
 from gateway.tokens import Purpose
 from tests.tabs.conftest import E2E
 
-pytestmark = [pytest.mark.browser, pytest.mark.asyncio(loop_scope="session")]
+pytestmark = [pytest.mark.browser, pytest.mark.asyncio(loop_scope="package")]
 
 # Fields of a call's evidence record that differ from one call to the next by nature.
 PER_CALL = {"call_id", "door", "started_at", "duration_ms", "seq"}
@@ -112,10 +112,12 @@ async def test_tools_are_gone_after_the_task_ends(e2e: E2E) -> None:
 
 async def test_tools_are_gone_when_the_tab_token_expires(e2e: E2E) -> None:
     body = await e2e.live.create_task(scopes=["ui", "demo"])
-    short, _ = e2e.live.gw.tokens.mint(body["task_id"], Purpose.TAB, 2)
+    short, _ = e2e.live.gw.tokens.mint(body["task_id"], Purpose.TAB, 4)
     page = await e2e.page()
     await e2e.start(page, short)
-    assert len(await page.webmcp.tools()) == 7
+    tools = await page.webmcp.tools()
+    # (On a very slow machine the token may already have run out here.)
+    assert len(tools) == 7 or await page.evaluate("window.session.closed")
     [closed] = await e2e.wait_event(page, "closed")
     assert closed["reason"] == "token_expired"
     assert await page.webmcp.tools() == []

@@ -252,7 +252,7 @@ async def test_task_end_closes_4002_and_fails_pending(
 
 async def test_token_expiry_closes_4003(tab_gateway: TabGateway, raw_tab_factory: Factory) -> None:
     task = await tab_gateway.create_task()
-    short, _ = tab_gateway.gw.tokens.mint(task["task_id"], Purpose.TAB, 2)
+    short, _ = tab_gateway.gw.tokens.mint(task["task_id"], Purpose.TAB, 3)
     async with raw_tab_factory(tab_gateway.ws_url) as tab:
         assert (await tab.hello(short))["type"] == "welcome"
         assert await tab.recv(within=5) == {"type": "bye", "reason": "token_expired"}
