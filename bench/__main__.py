@@ -6,7 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-ORDER = ["core", "tabs", "browser", "mcp", "bridge"]
+ORDER = ["core", "tabs", "browser", "mcp", "bridge", "example"]
 
 
 def main() -> int:
