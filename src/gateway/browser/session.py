@@ -44,6 +44,7 @@ T = TypeVar("T")
 CLOSE_TIMEOUT_S = 10.0
 POPUP_WAIT_MS = 1000
 SETTLE_TIMEOUT_S = 3.0
+SNAPSHOT_TIMEOUT_MS = 30_000
 
 
 @dataclass(frozen=True)
@@ -349,7 +350,7 @@ class BrowserSession:
 
     async def take_snapshot(self, page: Page) -> Snapshot:
         document = self.document
-        raw = await page.aria_snapshot(mode="ai", timeout=10_000)
+        raw = await page.aria_snapshot(mode="ai", timeout=SNAPSHOT_TIMEOUT_MS)
         self._seq += 1
         # A navigation during the capture leaves the snapshot's refs stale from the start.
         snap = build_snapshot(

@@ -23,8 +23,8 @@ from .snapshot import REF_PATTERN, resolve_ref
 SCOPE = "browser"
 # Generous: on a loaded machine a renderer can take seconds to answer; the tool's own
 # deadline still bounds the whole call.
-NAVIGATION_TIMEOUT_MS = 30_000
-ACTION_TIMEOUT_MS = 15_000
+NAVIGATION_TIMEOUT_MS = 45_000
+ACTION_TIMEOUT_MS = 30_000
 KEY_PATTERN = r"^(?:[A-Za-z0-9]{1,24}\+){0,3}(?:[A-Za-z0-9]{1,24}|[!-~])$"
 
 
