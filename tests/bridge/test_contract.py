@@ -159,3 +159,11 @@ async def test_an_unconfigured_endpoint_is_unavailable(bridge: BridgeSetup, miss
     assert result.error is not None
     assert (ENDPOINT_ENV if missing == "url" else TOKEN_ENV) in result.error.message
     assert bridge.probe.runs["test.echo"] == 0
+
+
+async def test_an_input_that_is_not_an_object_never_leaves_the_sandbox(
+    bridge: BridgeSetup,
+) -> None:
+    result = await bridge.client().call("test.echo", ["not", "an", "object"])
+    assert (result.status, result.error and result.error.code) == ("failed", "invalid_input")
+    assert bridge.probe.runs["test.echo"] == 0

@@ -117,21 +117,34 @@ class BridgeClient:
         self,
         tool: str,
         tool_input: Any = None,
-        **options: Any,
+        *,
+        request_id: str | None = None,
+        capability: str | None = None,
+        caller_session_id: str | None = None,
+        metadata: Mapping[str, Any] | None = None,
     ) -> ParentToolResult:
-        """Ask the host to run `tool`; always one result envelope, never an exception."""
-        request_id = options.get("request_id") or new_request_id()
-        options["request_id"] = request_id
+        """Ask the host to run `tool`; always one result envelope, never an exception.
+
+        Reusing a `request_id` replays a side-effect tool's recorded result.
+        """
+        request_id = request_id or new_request_id()
         if tool not in self.envelope.allowed_tools:
             return failure(
                 "denied",
                 "forbidden",
                 f"{tool[:128]!r} is not in this bridge's allowed_tools",
-                request_id=request_id,
+                request_id=request_id if len(request_id) <= 128 else "",
                 tool=tool,
             )
         try:
-            request = self.request(tool, tool_input, **options)
+            request = self.request(
+                tool,
+                tool_input,
+                request_id=request_id,
+                capability=capability,
+                caller_session_id=caller_session_id,
+                metadata=metadata,
+            )
         except ValidationError as exc:
             return failure(
                 "failed",
@@ -143,8 +156,18 @@ class BridgeClient:
             )
         return await self.send(request)
 
-    def call_sync(self, tool: str, tool_input: Any = None, **options: Any) -> ParentToolResult:
-        return asyncio.run(self.call(tool, tool_input, **options))
+    def call_sync(
+        self,
+        tool: str,
+        tool_input: Any = None,
+        *,
+        request_id: str | None = None,
+        capability: str | None = None,
+    ) -> ParentToolResult:
+        """`call` for synchronous code (runs its own event loop)."""
+        return asyncio.run(
+            self.call(tool, tool_input, request_id=request_id, capability=capability)
+        )
 
     async def send(self, request: ParentToolRequest) -> ParentToolResult:
         dispatcher = self.dispatcher(request)
