@@ -263,3 +263,20 @@ async def test_a_default_gateway_offers_the_bridge_and_its_workspace_tools(live:
     answer = response.json()
     assert answer["request_id"] == "ptr_123"
     assert (answer["status"], answer["error"]["code"]) == ("failed", "not_found")
+
+
+async def test_bridge_outcomes_are_counted_in_metrics(bridge: BridgeSetup) -> None:
+    await post(bridge, request("test.echo"))
+    await post(bridge, request("test.secret"))
+    text = (await bridge.live.http.get("/metrics")).text
+    assert 'gateway_parent_tool_requests_total{code="-",status="succeeded"} 1.0' in text
+    assert 'gateway_parent_tool_requests_total{code="forbidden",status="denied"} 1.0' in text
+
+
+def test_the_public_names_of_the_bridge_resolve() -> None:
+    import gateway.bridge as bridge_pkg
+
+    for name in bridge_pkg.__all__:
+        assert getattr(bridge_pkg, name) is not None, name
+    with pytest.raises(AttributeError):
+        _ = bridge_pkg.nothing_here
