@@ -3,6 +3,7 @@ the page each call acted on, and contexts that do not outlive their task."""
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 import httpx
@@ -192,5 +193,33 @@ async def test_traces_and_screenshots_are_kept_under_the_task_owner(
         trace = await gw.store.get_artifact(closed["data"]["trace"]["artifact_id"])
         assert trace.task_id == task.task_id and trace.media_type == "application/zip"
         assert (await gw.store.read_artifact(trace)).startswith(b"PK")
+    finally:
+        await gw.stop()
+
+
+async def test_an_idle_context_is_closed_and_the_next_call_gets_a_fresh_one(
+    tmp_path: Path, sites: Sites, chromium: BrowserProcesses
+) -> None:
+    gw = Gateway(browser_settings(tmp_path, browser_idle_s=0.2))
+    gw.services.provide(BrowserProcesses, chromium)
+    install(gw)
+    await gw.start()
+    try:
+        pool = gw.services.get(BrowserPool)
+        b = BrowserGateway(gw, sites)
+        task = await b.task()
+        assert (await b.call(task, "browser.navigate", url="/set?who=idle")).ok
+        first = pool.session(task.task_id)
+        closed: list[dict[str, object]] = []
+        for _ in range(100):
+            closed = await b.evidence(task, "browser_closed")
+            if closed:
+                break
+            await asyncio.sleep(0.05)
+        assert pool.live_count() == 0
+        assert closed[0]["data"] == {"reason": "idle", "blocked": 0}
+        assert (await b.call(task, "browser.navigate", url="/show")).ok
+        assert pool.session(task.task_id) is not first
+        assert "cookie=none" in (await b.call(task, "browser.snapshot")).output["snapshot"]
     finally:
         await gw.stop()
