@@ -87,7 +87,10 @@ def split(calls: int) -> tuple[int, int, int]:
 
 @pytest.mark.parametrize(
     "shape",
-    [pytest.param(SHORT, id="short"), pytest.param(FULL, id="full", marks=pytest.mark.stress)],
+    [
+        pytest.param(SHORT, id="short", marks=pytest.mark.timeout(300)),
+        pytest.param(FULL, id="full", marks=[pytest.mark.stress, pytest.mark.timeout(1800)]),
+    ],
 )
 async def test_every_call_ends_once_and_everything_is_released(
     shape: Shape, tmp_path: Path, sites: Sites, live_factory: LiveFactory

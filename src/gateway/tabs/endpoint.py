@@ -4,7 +4,8 @@ The handshake is refused (HTTP 403, before any accept) unless the `Origin` heade
 the configured dashboard origins: a page on any other site cannot ride the user's browser
 into the channel. The tab token comes in the first frame, a `hello`, within a few seconds;
 anything in the URL is ignored (a query string ends up in logs). After the hello, a reader
-loop hands every frame to the hub and a writer task sends what the hub queued, in order.
+loop hands every frame to the hub and a writer task sends what the hub queued, in order; a
+tab that stops taking frames is dropped after `TabConfig.write_timeout_s`.
 """
 
 from __future__ import annotations
@@ -86,17 +87,27 @@ def endpoint(hub: TabHub) -> Callable[[WebSocket], Awaitable[None]]:
             gw.metrics.auth_failures.labels(Purpose.TAB.value, str(exc.code)).inc()
             await _refuse(ws, hub, "auth", str(exc.code), exc.message)
             return
-        link = hub.attach(identity, hello, claims.expires_at, _writer(ws))
+        link = hub.attach(
+            identity, hello, claims.expires_at, _writer(ws, hub.config.write_timeout_s)
+        )
         writer = asyncio.create_task(_write(link))
+        reader = asyncio.create_task(_read(ws, hub, link))
         try:
-            await _read(ws, hub, link)
+            # The writer ends when a close was sent or the tab stopped taking frames; either
+            # way the connection is over, even if the tab never sends another byte.
+            await asyncio.wait({reader, writer}, return_when=asyncio.FIRST_COMPLETED)
         finally:
-            hub.detach(link)
-            if not writer.done():
-                # Let the writer flush what the detach queued (a bye, a close), briefly.
-                link.push(CloseCommand(1000, "closed"))
-                with contextlib.suppress(TimeoutError, asyncio.CancelledError, Exception):
-                    await asyncio.wait_for(writer, 2)
+            reader.cancel()
+            try:
+                with contextlib.suppress(asyncio.CancelledError):
+                    await reader
+            finally:
+                hub.detach(link)
+                if not writer.done():
+                    # Let the writer flush what the detach queued (a bye, a close), briefly.
+                    link.push(CloseCommand(1000, "closed"))
+                    with contextlib.suppress(TimeoutError, asyncio.CancelledError, Exception):
+                        await asyncio.wait_for(writer, 2)
 
     return tabs
 
@@ -115,16 +126,21 @@ async def _read(ws: WebSocket, hub: TabHub, link: TabLink) -> None:
         hub.receive(link, data if data is not None else message.get("bytes") or b"")
 
 
-def _writer(ws: WebSocket) -> Writer:
+def _writer(ws: WebSocket, timeout_s: float) -> Writer:
     async def write(item: Outgoing) -> bool:
-        """Send one frame; a close command ends the connection (returns False)."""
+        """Send one frame; a close command ends the connection (returns False), and so
+        does a tab that has not taken a frame within `timeout_s`."""
         try:
-            if isinstance(item, CloseCommand):
-                if ws.client_state is WebSocketState.CONNECTED:
-                    await ws.close(item.code, item.reason)
-                return False
-            await ws.send_text(json.dumps(item, separators=(",", ":")))
+            async with asyncio.timeout(timeout_s):
+                if isinstance(item, CloseCommand):
+                    if ws.client_state is WebSocketState.CONNECTED:
+                        await ws.close(item.code, item.reason)
+                    return False
+                await ws.send_text(json.dumps(item, separators=(",", ":")))
             return True
+        except TimeoutError:
+            log.info("a tab stopped reading; dropping its connection")
+            return False
         except (WebSocketDisconnect, RuntimeError, OSError):
             return False
         except Exception:

@@ -61,6 +61,9 @@ class TabConfig:
 
     hello_timeout_s: float = 5.0
     request_timeout_s: float = 25.0
+    # A tab that takes longer than this to accept one frame is not reading: it is dropped
+    # rather than buffered for (its socket's buffers are full; ours must not grow).
+    write_timeout_s: float = 10.0
     tick_s: float = 1.0
     limits: ChannelLimits = field(default_factory=ChannelLimits)
 
@@ -105,7 +108,11 @@ class TabLink:
     async def flush(self) -> None:
         async with self.lock:
             while self.outbox and not self.done and self.write is not None:
-                if not await self.write(self.outbox.popleft()):
+                # Taken off only once written: a write cancelled while it waits for the
+                # socket leaves its frame first in line for the writer task.
+                written = await self.write(self.outbox[0])
+                self.outbox.popleft()
+                if not written:
                     self.done = True
                     self.outbox.clear()
 
@@ -173,8 +180,11 @@ class TabHub:
             if link is not None:
                 # Write the request now rather than on the writer task's next turn. A frame
                 # is handed to the transport whole before any await, so a cancellation here
-                # cannot cut one in half.
-                await link.flush()
+                # cannot cut one in half. A tab that is not reading cannot hold the caller
+                # past its own deadline: the writer task sends what is left.
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(timeout):
+                        await link.flush()
             outcome = await future
         except asyncio.CancelledError:
             self._apply(channel, channel.cancel(request_id, "cancelled"))
