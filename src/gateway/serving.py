@@ -34,8 +34,20 @@ class _QuietServer(uvicorn.Server):
 async def serving(
     app: Any, *, host: str = "127.0.0.1", port: int = 0, ws_max_size: int = 1024 * 1024
 ) -> AsyncIterator[str]:
-    """Serve `app` until the block ends; yields its base URL (`http://host:port`)."""
-    port = port or free_port(host)
+    """Serve `app` until the block ends; yields its base URL (`http://host:port`).
+
+    With no port given, the listening socket is bound here and handed to the server, so
+    the port cannot be taken by someone else between choosing it and listening on it.
+    """
+    sockets: list[socket.socket] | None = None
+    if not port:
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, 0))
+        sock.listen(2048)
+        sock.setblocking(False)
+        port = sock.getsockname()[1]
+        sockets = [sock]
     config = uvicorn.Config(
         app,
         host=host,
@@ -46,7 +58,7 @@ async def serving(
         ws_ping_interval=None,
     )
     server = _QuietServer(config)
-    task = asyncio.create_task(server.serve())
+    task = asyncio.create_task(server.serve(sockets=sockets))
     try:
         while not server.started:
             if task.done():
@@ -58,3 +70,5 @@ async def serving(
         server.should_exit = True
         with contextlib.suppress(asyncio.CancelledError):
             await asyncio.wait_for(task, timeout=15)
+        for sock in sockets or ():
+            sock.close()
