@@ -5,8 +5,8 @@ Goals (p50, this machine):
   under 1 ms over the direct store read;
 - a tool that asks the tab and then the backend (`dashboard.read_view`) stays within 2x
   of the bare tab round trip (`ui.read_view`), in real Chromium;
-- the whole first workflow through the MCP client (simulated evaluation time set to zero)
-  is reported per operation, for the record.
+- the whole first workflow through the MCP client, then through the page's WebMCP tools
+  (simulated evaluation time set to zero), is reported per operation, for the record.
 
 Run: `python -m bench.example`.
 """
@@ -23,7 +23,13 @@ from typing import Any
 from examples.synthetic_app.models import RunRequest
 from examples.synthetic_app.serve import running_stack
 from examples.synthetic_app.store import who
-from examples.synthetic_app.workflow import mcp_door, open_assistant, run_workflow, sign_in
+from examples.synthetic_app.workflow import (
+    mcp_door,
+    open_assistant,
+    run_workflow,
+    sign_in,
+    webmcp_door,
+)
 
 from bench.report import summary, write
 from gateway.chromium import find_chromium, launch_args
@@ -125,6 +131,14 @@ async def measure(
                             per_op.setdefault(f"workflow via MCP: {s.operation}", []).append(
                                 s.seconds
                             )
+                # The same workflow through the page's native WebMCP tools, for the door chart.
+                for _ in range(workflows):
+                    steps = await run_workflow(stack, page, webmcp_door(page), user="ada")
+                    assert all(s.ok for s in steps), [s.observable for s in steps]
+                    for s in steps:
+                        per_op.setdefault(f"workflow via WebMCP: {s.operation}", []).append(
+                            s.seconds
+                        )
                 for name, samples in per_op.items():
                     rows.append(_row(name, samples))
             finally:

@@ -1,0 +1,391 @@
+"""The gateway's browser door side by side with Microsoft's Playwright MCP server.
+
+Both sides are driven by the official MCP Python SDK client and drive the same Chromium
+binary (`find_chromium()`) on the same small app page, served on loopback by its own process:
+
+- the peer: `@playwright/mcp` (pinned in bench/peer/package.json, installed there with npm
+  on first run), spawned per session over stdio with `--headless --isolated`; one Chromium
+  per session, as the peer runs it;
+- the gateway: served on loopback with its default extensions; a session is a task with the
+  `browser` scope (POST /v1/tasks), the agent token, and the SDK client over streamable HTTP
+  to /v1/mcp calling browser.navigate / browser.snapshot / browser.click. Its Chromium is
+  already running (that is what a gateway is for); the task gets its own context.
+
+Rows, at 1 and 8 concurrent sessions, p50/p99: session start (peer: spawn + initialize +
+first navigate; gateway: POST /v1/tasks + initialize + first navigate, without and with the
+warm stock of contexts), navigate, snapshot, navigate + snapshot, click. The goal is to be
+ahead on every row (ratio gateway/peer below 1).
+
+Run: `python -m bench.peer` (`--quick` for fewer rounds).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from bench.browser import app_process
+from bench.report import summary, write
+from gateway.chromium import find_chromium, launch_args
+
+PEER_DIR = Path(__file__).parent / "peer"
+PEER_CLI = PEER_DIR / "node_modules" / "@playwright" / "mcp" / "cli.js"
+CONTROL_KEY = "bench-control-key-0123456789abcdef"
+MS = 1e3
+SAVE_REF = re.compile(r'button \\?"Save\\?" \[ref=([^\]\\]+)\]')
+Call = Callable[[str, dict[str, Any]], Awaitable[str]]
+
+
+# -- the peer's installation -----------------------------------------------------------------
+
+
+def ensure_peer() -> str:
+    """Install the pinned peer with npm when missing; return its version."""
+    if not PEER_CLI.exists():
+        npm = shutil.which("npm")
+        if npm is None:
+            raise SystemExit("npm is needed to install the peer (@playwright/mcp)")
+        subprocess.run(
+            [npm, "install", "--no-audit", "--no-fund", "--silent"], cwd=PEER_DIR, check=True
+        )
+    meta = json.loads((PEER_CLI.parent / "package.json").read_text())
+    version: str = meta["version"]
+    return version
+
+
+# -- one session, either side ----------------------------------------------------------------
+
+
+@dataclass
+class Session:
+    call: Call
+    close: Callable[[], Awaitable[None]]
+
+
+def _text(result: Any) -> str:
+    """Everything a tool result says, as text (the peer answers in text blocks, the gateway
+    in structured content)."""
+    if result.is_error:
+        raise RuntimeError(f"tool failed: {str(result.content)[:300]}")
+    parts = [getattr(block, "text", "") for block in result.content]
+    if result.structured_content:
+        parts.append(json.dumps(result.structured_content))
+    return "\n".join(parts)
+
+
+async def _hold(
+    factory: Callable[[], contextlib.AbstractAsyncContextManager[Any]],
+) -> tuple[Any, Callable[[], Awaitable[None]]]:
+    """Enter an async context in a task of its own, so it can be left from anywhere."""
+    ready: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+    done = asyncio.Event()
+
+    async def keep() -> None:
+        try:
+            async with factory() as value:
+                ready.set_result(value)
+                await done.wait()
+        except BaseException as exc:
+            if not ready.done():
+                ready.set_exception(exc)
+            else:
+                raise
+
+    task = asyncio.create_task(keep())
+
+    async def close() -> None:
+        done.set()
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(task, 30)
+
+    return await ready, close
+
+
+class Peer:
+    """Sessions of the peer: one `npx @playwright/mcp` process (and Chromium) each."""
+
+    name = "peer"
+
+    def __init__(self, work: Path) -> None:
+        self.work = work
+        config = {
+            "browser": {
+                "browserName": "chromium",
+                "isolated": True,
+                "launchOptions": {
+                    "executablePath": find_chromium(),
+                    "headless": True,
+                    "args": launch_args(),
+                },
+            }
+        }
+        self.config = work / "peer-config.json"
+        self.config.write_text(json.dumps(config))
+        self.count = 0
+
+    async def open(self, url: str) -> Session:
+        from mcp.client.stdio import StdioServerParameters
+
+        from mcp import Client
+
+        self.count += 1
+        cwd = self.work / f"peer-{self.count}"  # its snapshot files land in its cwd
+        cwd.mkdir()
+        args = [str(PEER_CLI), "--headless", "--isolated", "--executable-path", find_chromium()]
+        if os.geteuid() == 0:
+            args.append("--no-sandbox")
+        args += ["--config", str(self.config), "--output-dir", str(cwd)]
+        params = StdioServerParameters(command="node", args=args, cwd=cwd)
+        client, close = await _hold(lambda: Client(params, read_timeout_seconds=120))
+
+        async def call(tool: str, data: dict[str, Any]) -> str:
+            peer_tool = {"browser.navigate": "browser_navigate", "browser.click": "browser_click"}
+            if tool == "browser.click":
+                data = {"target": data["ref"], "element": "Save button"}
+            return _text(await client.call_tool(peer_tool.get(tool, "browser_snapshot"), data))
+
+        await call("browser.navigate", {"url": url})
+        return Session(call, close)
+
+
+class Ours:
+    """Sessions of the gateway: a task with the browser scope and the MCP door."""
+
+    name = "gateway"
+
+    def __init__(self, base_url: str, app: str) -> None:
+        self.base_url = base_url
+        self.app = app
+        self.control = httpx.AsyncClient(
+            base_url=base_url, headers={"authorization": f"Bearer {CONTROL_KEY}"}, timeout=60
+        )
+
+    async def open(self, url: str) -> Session:
+        import httpx2
+        from mcp.client.streamable_http import streamable_http_client
+
+        from mcp import Client
+
+        body = {
+            "actor": {"id": "bench", "role": "member"},
+            "org_id": "org_bench",
+            "sandbox": {"id": "sb_bench", "app_origin": self.app},
+            "scopes": ["browser"],
+        }
+        created = await self.control.post("/v1/tasks", json=body)
+        created.raise_for_status()
+        task = created.json()
+        task_id, token = task["task_id"], task["tokens"]["agent"]
+
+        @contextlib.asynccontextmanager
+        async def door() -> AsyncIterator[Any]:
+            headers = {"authorization": f"Bearer {token}"}
+            async with (
+                httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(120.0)) as http,
+                Client(
+                    streamable_http_client(f"{self.base_url}/v1/mcp", http_client=http)
+                ) as client,
+            ):
+                yield client
+
+        client, leave = await _hold(door)
+
+        async def call(tool: str, data: dict[str, Any]) -> str:
+            return _text(await client.call_tool(tool, data))
+
+        async def close() -> None:
+            await leave()
+            await self.control.delete(f"/v1/tasks/{task_id}")
+
+        await call("browser.navigate", {"url": url})
+        return Session(call, close)
+
+    async def aclose(self) -> None:
+        await self.control.aclose()
+
+
+# -- measuring -------------------------------------------------------------------------------
+
+
+Samples = dict[str, list[float]]
+
+
+async def timed(fn: Callable[..., Awaitable[Any]], *args: Any) -> tuple[float, Any]:
+    t0 = time.perf_counter()
+    value = await fn(*args)
+    return time.perf_counter() - t0, value
+
+
+async def starts(side: Any, url: str, sessions: int, rounds: int) -> list[float]:
+    """Session start times; each round opens `sessions` at once, then closes them."""
+    samples: list[float] = []
+    for _ in range(rounds):
+        opened = await asyncio.gather(*(timed(side.open, url) for _ in range(sessions)))
+        samples.extend(seconds for seconds, _ in opened)
+        await asyncio.gather(*(session.close() for _, session in opened))
+    return samples
+
+
+async def work(side: Any, url: str, sessions: int, rounds: int) -> Samples:
+    """`sessions` open sessions, each doing `rounds` of navigate, snapshot, click at once."""
+    opened = await asyncio.gather(*(side.open(url) for _ in range(sessions)))
+    samples: Samples = {"navigate": [], "snapshot": [], "navigate + snapshot": [], "click": []}
+
+    async def one(session: Session) -> None:
+        for _ in range(rounds):
+            nav, _ = await timed(session.call, "browser.navigate", {"url": url})
+            snap, text = await timed(session.call, "browser.snapshot", {})
+            match = SAVE_REF.search(text)
+            if match is None:
+                raise RuntimeError(f"no Save button in the snapshot: {text[:300]}")
+            ref = match[1]
+            click, _ = await timed(session.call, "browser.click", {"ref": ref})
+            samples["navigate"].append(nav)
+            samples["snapshot"].append(snap)
+            samples["navigate + snapshot"].append(nav + snap)
+            samples["click"].append(click)
+
+    try:
+        await asyncio.gather(*(one(s) for s in opened))
+    finally:
+        await asyncio.gather(*(s.close() for s in opened))
+    return samples
+
+
+def row(measure: str, sessions: int, peer: list[float], ours: list[float]) -> dict[str, Any]:
+    p, o = summary(peer), summary(ours)
+    ratio = o["p50"] / p["p50"]
+    return {
+        "measure": measure,
+        "sessions": sessions,
+        "n": min(len(peer), len(ours)),
+        "peer p50 ms": p["p50"] * MS,
+        "peer p99 ms": p["p99"] * MS,
+        "gateway p50 ms": o["p50"] * MS,
+        "gateway p99 ms": o["p99"] * MS,
+        "ratio p50": ratio,
+        "ratio p99": o["p99"] / p["p99"],
+        "ahead": ratio < 1 and o["p99"] < p["p99"],
+    }
+
+
+@contextlib.asynccontextmanager
+async def gateway(data: Path, warm: int) -> AsyncIterator[str]:
+    """`gateway serve` in its own process, as it is deployed (the peer runs in its own too)."""
+    from gateway.serving import free_port
+
+    port = free_port()
+    env = {
+        **os.environ,
+        "GATEWAY_DATA_DIR": str(data),
+        "GATEWAY_CONTROL_KEY": CONTROL_KEY,
+        "GATEWAY_BROWSER_WARM_CONTEXTS": str(warm),
+    }
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "gateway.cli", "serve", "--no-example", "--port", str(port), env=env
+    )
+    base_url = f"http://127.0.0.1:{port}"
+    try:
+        async with httpx.AsyncClient() as client:
+            for _ in range(600):
+                with contextlib.suppress(httpx.HTTPError):
+                    if (await client.get(base_url + "/healthz")).status_code < 500:
+                        break
+                await asyncio.sleep(0.1)
+            else:
+                raise RuntimeError("the gateway did not start")
+        yield base_url
+    finally:
+        proc.terminate()
+        await proc.wait()
+
+
+async def measure(quick: bool) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    version = ensure_peer()
+    start_rounds, rounds1, rounds8 = (3, 8, 3) if quick else (6, 20, 6)
+    rows: list[dict[str, Any]] = []
+    with tempfile.TemporaryDirectory() as tmp:
+        work_dir = Path(tmp)
+        async with app_process() as app:
+            url = app + "/"
+            peer = Peer(work_dir)
+            # One spawn first: the peer's "warm" start has node and Chromium in the OS cache.
+            await (await peer.open(url)).close()
+            peer_start = {n: await starts(peer, url, n, start_rounds) for n in (1, 8)}
+            peer_work = {n: await work(peer, url, n, r) for n, r in ((1, rounds1), (8, rounds8))}
+
+            async with gateway(work_dir / "cold", warm=0) as base:
+                ours = Ours(base, app)
+                await (await ours.open(url)).close()  # Chromium launched, code paths warm
+                cold = {n: await starts(ours, url, n, start_rounds) for n in (1, 8)}
+                await ours.aclose()
+            async with gateway(work_dir / "warm", warm=8) as base:
+                ours = Ours(base, app)
+                await (await ours.open(url)).close()
+                warm: dict[int, list[float]] = {}
+                for n in (1, 8):
+                    warm[n] = []
+                    for _ in range(start_rounds):
+                        await asyncio.sleep(1.0)  # the stock refills between tasks
+                        warm[n].extend(await starts(ours, url, n, 1))
+                ours_work = {
+                    n: await work(ours, url, n, r) for n, r in ((1, rounds1), (8, rounds8))
+                }
+                await ours.aclose()
+
+    for n in (1, 8):
+        rows.append(row("session start, gateway without warm stock", n, peer_start[n], cold[n]))
+        rows.append(row("session start, gateway with warm stock", n, peer_start[n], warm[n]))
+        for op in ("navigate", "snapshot", "navigate + snapshot", "click"):
+            rows.append(row(op, n, peer_work[n][op], ours_work[n][op]))
+    notes = {
+        "peer": f"@playwright/mcp {version}, stdio, --headless --isolated, one process per session",
+        "gateway": "served on loopback, SDK client over streamable HTTP, agent token",
+        "client": "official MCP Python SDK (mcp.Client) on both sides",
+        "chromium": find_chromium(),
+        "quoted peer figures (ms)": {
+            "navigate": 91,
+            "snapshot": 16,
+            "click": 572,
+            "warm session start": 378,
+            "navigate + snapshot at 8 sessions p50": 823,
+        },
+        "goal": "gateway ahead of the peer on every row (p50 and p99)",
+        "met": all(r["ahead"] for r in rows),
+        "quick": quick,
+        "load average at end": list(os.getloadavg()),
+    }
+    return rows, notes
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--quick", action="store_true", help="fewer rounds")
+    args = parser.parse_args()
+    rows, notes = asyncio.run(measure(args.quick))
+    path = write("peer", rows, notes)
+    behind = [f"{r['measure']} @{r['sessions']}" for r in rows if not r["ahead"]]
+    print(f"ahead on every row: {notes['met']}")
+    if behind:
+        print(f"not ahead: {', '.join(behind)}")
+    print(f"written to {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
