@@ -127,17 +127,21 @@ class Doors:
     base_url: str
     control: dict[str, str]
     ledger: Ledger
+    opening: asyncio.Semaphore = field(default_factory=lambda: asyncio.Semaphore(8))
 
     # -- the dashboard tab -------------------------------------------------------------
 
     async def open_tab(self, context: BrowserContext, dashboard: str, task: LoadTask) -> None:
-        page = await context.new_page()
-        await page.goto(dashboard + "/")
-        await page.wait_for_function("typeof window.start === 'function'")
-        await page.evaluate(
-            "(o) => window.start(o)",
-            {"gateway": self.base_url, "token": task.body["tokens"]["tab"]},
-        )
+        async with self.opening:  # a few page loads at a time: Chromium shares 2 cores
+            page = await context.new_page()
+            await page.goto(dashboard + "/", timeout=CALL_BOUND_S * 1000)
+            await page.wait_for_function(
+                "typeof window.start === 'function'", timeout=CALL_BOUND_S * 1000
+            )
+            await page.evaluate(
+                "(o) => window.start(o)",
+                {"gateway": self.base_url, "token": task.body["tokens"]["tab"]},
+            )
         task.page = page
 
     # -- the three doors ---------------------------------------------------------------
