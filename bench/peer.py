@@ -13,8 +13,9 @@ binary (`find_chromium()`) on the same small app page, served on loopback by its
 
 Rows, at 1 and 8 concurrent sessions, p50/p99: session start (peer: spawn + initialize +
 first navigate; gateway: POST /v1/tasks + initialize + first navigate, without and with the
-warm stock of contexts), navigate, snapshot, navigate + snapshot, click. The goal is to be
-ahead on every row (ratio gateway/peer below 1).
+warm stock of contexts), navigate, snapshot, navigate + snapshot, click. The sides take turns
+round by round (the order rotates), so the machine's drift hits them alike. The goal is to
+be ahead on every row (ratio gateway/peer below 1, p50 and p99).
 
 Run: `python -m bench.peer` (`--quick` for fewer rounds).
 """
@@ -49,6 +50,7 @@ CONTROL_KEY = "bench-control-key-0123456789abcdef"
 MS = 1e3
 SAVE_REF = re.compile(r'button \\?"Save\\?" \[ref=([^\]\\]+)\]')
 Call = Callable[[str, dict[str, Any]], Awaitable[str]]
+Samples = dict[str, list[float]]
 
 
 # -- the peer's installation -----------------------------------------------------------------
@@ -222,48 +224,67 @@ class Ours:
 # -- measuring -------------------------------------------------------------------------------
 
 
-Samples = dict[str, list[float]]
-
-
 async def timed(fn: Callable[..., Awaitable[Any]], *args: Any) -> tuple[float, Any]:
     t0 = time.perf_counter()
     value = await fn(*args)
     return time.perf_counter() - t0, value
 
 
-async def starts(side: Any, url: str, sessions: int, rounds: int) -> list[float]:
-    """Session start times; each round opens `sessions` at once, then closes them."""
-    samples: list[float] = []
-    for _ in range(rounds):
-        opened = await asyncio.gather(*(timed(side.open, url) for _ in range(sessions)))
-        samples.extend(seconds for seconds, _ in opened)
-        await asyncio.gather(*(session.close() for _, session in opened))
+async def start_round(side: Any, url: str, sessions: int) -> list[float]:
+    """Open `sessions` sessions at once, then close them; their start times."""
+    opened = await asyncio.gather(*(timed(side.open, url) for _ in range(sessions)))
+    await asyncio.gather(*(session.close() for _, session in opened))
+    return [seconds for seconds, _ in opened]
+
+
+async def starts(sides: dict[str, Any], url: str, sessions: int, rounds: int) -> Samples:
+    """Session starts of every side, round by round in a rotating order, so the machine's
+    drift hits all sides alike."""
+    samples: Samples = {name: [] for name in sides}
+    names = list(sides)
+    for i in range(rounds):
+        for name in names[i % len(names) :] + names[: i % len(names)]:
+            await asyncio.sleep(1.0)  # a warm stock refills between rounds
+            samples[name].extend(await start_round(sides[name], url, sessions))
     return samples
 
 
-async def work(side: Any, url: str, sessions: int, rounds: int) -> Samples:
-    """`sessions` open sessions, each doing `rounds` of navigate, snapshot, click at once."""
-    opened = await asyncio.gather(*(side.open(url) for _ in range(sessions)))
-    samples: Samples = {"navigate": [], "snapshot": [], "navigate + snapshot": [], "click": []}
+async def work_round(sessions: list[Session], url: str, samples: Samples) -> None:
+    """Every session does navigate, snapshot, click at the same time."""
 
     async def one(session: Session) -> None:
-        for _ in range(rounds):
-            nav, _ = await timed(session.call, "browser.navigate", {"url": url})
-            snap, text = await timed(session.call, "browser.snapshot", {})
-            match = SAVE_REF.search(text)
-            if match is None:
-                raise RuntimeError(f"no Save button in the snapshot: {text[:300]}")
-            ref = match[1]
-            click, _ = await timed(session.call, "browser.click", {"ref": ref})
-            samples["navigate"].append(nav)
-            samples["snapshot"].append(snap)
-            samples["navigate + snapshot"].append(nav + snap)
-            samples["click"].append(click)
+        nav, _ = await timed(session.call, "browser.navigate", {"url": url})
+        snap, text = await timed(session.call, "browser.snapshot", {})
+        match = SAVE_REF.search(text)
+        if match is None:
+            raise RuntimeError(f"no Save button in the snapshot: {text[:300]}")
+        click, _ = await timed(session.call, "browser.click", {"ref": match[1]})
+        samples["navigate"].append(nav)
+        samples["snapshot"].append(snap)
+        samples["navigate + snapshot"].append(nav + snap)
+        samples["click"].append(click)
 
+    await asyncio.gather(*(one(s) for s in sessions))
+
+
+async def work(sides: dict[str, Any], url: str, sessions: int, rounds: int) -> dict[str, Samples]:
+    """`sessions` open sessions per side; rounds alternate between the sides."""
+    opened = {
+        name: await asyncio.gather(*(side.open(url) for _ in range(sessions)))
+        for name, side in sides.items()
+    }
+    samples: dict[str, Samples] = {
+        name: {"navigate": [], "snapshot": [], "navigate + snapshot": [], "click": []}
+        for name in sides
+    }
+    names = list(sides)
     try:
-        await asyncio.gather(*(one(s) for s in opened))
+        for i in range(rounds):
+            for name in names[i % len(names) :] + names[: i % len(names)]:
+                await work_round(opened[name], url, samples[name])
     finally:
-        await asyncio.gather(*(s.close() for s in opened))
+        for group in opened.values():
+            await asyncio.gather(*(s.close() for s in group))
     return samples
 
 
@@ -296,8 +317,13 @@ async def gateway(data: Path, warm: int) -> AsyncIterator[str]:
         "GATEWAY_CONTROL_KEY": CONTROL_KEY,
         "GATEWAY_BROWSER_WARM_CONTEXTS": str(warm),
     }
+    log = (data.parent / f"{data.name}.log").open("wb")  # its access log, off the terminal
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "gateway.cli", "serve", "--no-example", "--port", str(port), env=env
+        sys.executable,
+        *("-m", "gateway.cli", "serve", "--no-example", "--port", str(port)),
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
     )
     base_url = f"http://127.0.0.1:{port}"
     try:
@@ -313,6 +339,7 @@ async def gateway(data: Path, warm: int) -> AsyncIterator[str]:
     finally:
         proc.terminate()
         await proc.wait()
+        log.close()
 
 
 async def measure(quick: bool) -> tuple[list[dict[str, Any]], dict[str, Any]]:
@@ -321,38 +348,32 @@ async def measure(quick: bool) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory() as tmp:
         work_dir = Path(tmp)
-        async with app_process() as app:
+        async with (
+            app_process() as app,
+            gateway(work_dir / "cold", warm=0) as cold_base,
+            gateway(work_dir / "warm", warm=8) as warm_base,
+        ):
             url = app + "/"
-            peer = Peer(work_dir)
-            # One spawn first: the peer's "warm" start has node and Chromium in the OS cache.
-            await (await peer.open(url)).close()
-            peer_start = {n: await starts(peer, url, n, start_rounds) for n in (1, 8)}
-            peer_work = {n: await work(peer, url, n, r) for n, r in ((1, rounds1), (8, rounds8))}
-
-            async with gateway(work_dir / "cold", warm=0) as base:
-                ours = Ours(base, app)
-                await (await ours.open(url)).close()  # Chromium launched, code paths warm
-                cold = {n: await starts(ours, url, n, start_rounds) for n in (1, 8)}
-                await ours.aclose()
-            async with gateway(work_dir / "warm", warm=8) as base:
-                ours = Ours(base, app)
-                await (await ours.open(url)).close()
-                warm: dict[int, list[float]] = {}
-                for n in (1, 8):
-                    warm[n] = []
-                    for _ in range(start_rounds):
-                        await asyncio.sleep(1.0)  # the stock refills between tasks
-                        warm[n].extend(await starts(ours, url, n, 1))
-                ours_work = {
-                    n: await work(ours, url, n, r) for n, r in ((1, rounds1), (8, rounds8))
-                }
-                await ours.aclose()
+            peer, cold, warm = Peer(work_dir), Ours(cold_base, app), Ours(warm_base, app)
+            # One start each first: node and Chromium in the OS cache (the peer's "warm"
+            # start), the gateways' Chromium launched and their code paths warm.
+            for side in (peer, cold, warm):
+                await (await side.open(url)).close()
+            sides = {"peer": peer, "cold": cold, "warm": warm}
+            start = {n: await starts(sides, url, n, start_rounds) for n in (1, 8)}
+            both = {"peer": peer, "gateway": warm}
+            done = {n: await work(both, url, n, r) for n, r in ((1, rounds1), (8, rounds8))}
+            await cold.aclose()
+            await warm.aclose()
 
     for n in (1, 8):
-        rows.append(row("session start, gateway without warm stock", n, peer_start[n], cold[n]))
-        rows.append(row("session start, gateway with warm stock", n, peer_start[n], warm[n]))
+        peer_start = start[n]["peer"]
+        rows.append(
+            row("session start, gateway without warm stock", n, peer_start, start[n]["cold"])
+        )
+        rows.append(row("session start, gateway with warm stock", n, peer_start, start[n]["warm"]))
         for op in ("navigate", "snapshot", "navigate + snapshot", "click"):
-            rows.append(row(op, n, peer_work[n][op], ours_work[n][op]))
+            rows.append(row(op, n, done[n]["peer"][op], done[n]["gateway"][op]))
     notes = {
         "peer": f"@playwright/mcp {version}, stdio, --headless --isolated, one process per session",
         "gateway": "served on loopback, SDK client over streamable HTTP, agent token",

@@ -161,13 +161,13 @@ def chart(rows: list[dict[str, Any]], path: Path) -> Path:
     matplotlib.use("Agg")  # no display here; write the PNG only
     import matplotlib.pyplot as plt
 
-    fig, (doors, sessions) = plt.subplots(1, 2, figsize=(13, 5.2))
+    fig, (doors, sessions) = plt.subplots(1, 2, figsize=(13, 6))
     figures = door_figures(rows)
-    labels = [f"{door}\n{conc} in flight" for door, conc, _, _ in figures]
+    labels = [f"{door}, {conc} in flight" for door, conc, _, _ in figures]
     xs = list(range(len(figures)))
     doors.bar([x - 0.2 for x in xs], [f[2] for f in figures], 0.4, label="p50")
     doors.bar([x + 0.2 for x in xs], [f[3] for f in figures], 0.4, label="p99")
-    doors.set_xticks(xs, labels, fontsize=7)
+    doors.set_xticks(xs, labels, fontsize=8, rotation=30, ha="right")
     doors.set_yscale("log")
     doors.set_ylabel("ms per call (log)")
     doors.set_title("Latency by door")
@@ -182,7 +182,7 @@ def chart(rows: list[dict[str, Any]], path: Path) -> Path:
             0.4,
             label="gateway" if side == "gateway" else "Playwright MCP",
         )
-    sessions.set_xticks(range(len(counts)), [f"{n} sessions" for n in counts])
+    sessions.set_xticks(range(len(counts)), [f"{n} session{'s' * (n > 1)}" for n in counts])
     sessions.set_ylabel("ms, p50")
     sessions.set_title("Browser: navigate + snapshot by concurrent sessions")
     sessions.legend()
@@ -192,10 +192,9 @@ def chart(rows: list[dict[str, Any]], path: Path) -> Path:
     if many is not None:
         tasks = str(many["measure"]).split(" ", 1)[0]
         sessions.annotate(
-            f"{tasks} concurrent tasks, navigate+snapshot+click as one: "
-            f"p50 {many['p50 ms'] / 1e3:.1f} s, ratio {many.get('ratio', math.nan):.2f} "
-            "vs raw Playwright (bench.browser)",
-            xy=(0.02, 0.95),
+            f"bench.browser: {tasks} concurrent tasks, navigate+snapshot+click\n"
+            f"p50 {many['p50 ms'] / 1e3:.1f} s, {many.get('ratio', math.nan):.2f}x raw Playwright",
+            xy=(0.02, 0.9),
             xycoords="axes fraction",
             fontsize=8,
         )
