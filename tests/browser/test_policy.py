@@ -37,6 +37,7 @@ def test_paths_resolve_against_the_app_origin() -> None:
         "http://127.0.0.1:8001/\nx",
         "agents",
         "",
+        "http://[::1",
     ],
 )
 def test_everything_else_is_origin_blocked(url: str) -> None:
@@ -53,6 +54,7 @@ def test_page_urls() -> None:
     assert not page_url_allowed("chrome-error://chromewebdata/", origins)
     assert not page_url_allowed("blob:http://127.0.0.1:8001/u", origins)
     assert not page_url_allowed("http://127.0.0.1:8002/", origins)
+    assert not page_url_allowed("http://[::1", origins)
 
 
 RAW = '- heading "A" [ref=e1]\n- button "Go" [ref=e2]\n- link "L" [ref=e3]'

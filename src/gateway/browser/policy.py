@@ -23,11 +23,11 @@ def page_url_allowed(url: str, origins: frozenset[str]) -> bool:
     """Whether a page (main frame or popup) may stay on `url`."""
     if url == BLANK:
         return True
-    if urlsplit(url).scheme.lower() not in ("http", "https"):
-        return False
     try:
+        if urlsplit(url).scheme.lower() not in ("http", "https"):
+            return False
         return origin_of(url) in origins
-    except OriginError:
+    except ValueError:  # OriginError, or urlsplit's own for a malformed netloc
         return False
 
 
@@ -45,7 +45,10 @@ def resolve_target(url: str, sandbox: Sandbox) -> str:
         raise _blocked(url, "the URL is empty, too long or has characters that are not allowed")
     if text.startswith("/") and not text.startswith("//"):
         return urljoin(sandbox.app_origin + "/", text)
-    scheme = urlsplit(text).scheme.lower()
+    try:
+        scheme = urlsplit(text).scheme.lower()
+    except ValueError:  # a malformed netloc (`http://[::1`) is not a URL of the sandbox
+        raise _blocked(url, "the URL is malformed") from None
     if scheme not in ("http", "https"):
         raise _blocked(url, f"{scheme or 'a relative'} URL is not an http(s) URL of the sandbox")
     try:
