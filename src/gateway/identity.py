@@ -6,10 +6,18 @@ caller afterwards: every call is authorized against the stored identity.
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    field_validator,
+    model_validator,
+)
 
 from gateway.origins import OriginError, normalize_origin
 
@@ -19,6 +27,7 @@ Name = Annotated[
 Scope = Annotated[
     str, StringConstraints(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9_.:*-]+$")
 ]
+_BOUND_KEY = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
 # An entry of a task's `allowed_tools`: an exact tool name, or a prefix ending in `.*`.
 ToolPattern = Annotated[
     str, StringConstraints(pattern=r"^([A-Za-z0-9_.-]{1,128}|[A-Za-z0-9_.-]{0,126}\.\*)$")
@@ -68,6 +77,21 @@ class Budget(BaseModel):
 
     max_calls: int | None = Field(default=None, ge=0)
     max_side_effects: int | None = Field(default=None, ge=0)
+
+    @model_validator(mode="after")
+    def _extra_bounds(self) -> Budget:
+        # A host may add bounds of its own (`max_tokens`...), but each is a count: arbitrary
+        # JSON here would be stored in the identity unbounded (a deeply nested value once
+        # made task creation fail with a 500 at serialization).
+        extra = self.model_extra or {}
+        if len(extra) > 32:
+            raise ValueError("at most 32 budget bounds")
+        for key, value in extra.items():
+            if not _BOUND_KEY.match(key):
+                raise ValueError(f"budget key {key[:64]!r} is not a name")
+            if value is not None and (type(value) is not int or value < 0):
+                raise ValueError(f"budget bound {key!r} must be a non-negative integer")
+        return self
 
 
 class TaskIdentity(BaseModel):

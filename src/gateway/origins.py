@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import ipaddress
 import re
-from urllib.parse import urlsplit
+from urllib.parse import SplitResult, urlsplit
 
 _DEFAULT_PORTS = {"http": 80, "https": 443}
 _NUMERIC_LABEL = re.compile(r"^(0x[0-9a-f]*|[0-9]+)$")
@@ -46,9 +46,18 @@ def _check_host(host: str) -> str:
     return host
 
 
+def _split(url: str) -> SplitResult:
+    # urlsplit raises a bare ValueError for some hostile netlocs (an unclosed `[`, characters
+    # that NFKC-normalize into `/?#@:`); callers expect only OriginError from this module.
+    try:
+        return urlsplit(url.strip())
+    except ValueError as exc:
+        raise OriginError(f"{url[:256]!r} is not a well-formed URL") from exc
+
+
 def normalize_origin(value: str) -> str:
     """`HTTP://Example.COM:80/` -> `http://example.com`; raises OriginError otherwise."""
-    parts = urlsplit(value.strip())
+    parts = _split(value)
     scheme = parts.scheme.lower()
     if scheme not in _DEFAULT_PORTS:
         raise OriginError(f"{value!r} is not an http or https origin")
@@ -61,7 +70,7 @@ def normalize_origin(value: str) -> str:
 
 def origin_of(url: str) -> str:
     """The normalized origin of an absolute http(s) URL; raises OriginError otherwise."""
-    parts = urlsplit(url.strip())
+    parts = _split(url)
     scheme = parts.scheme.lower()
     if scheme not in _DEFAULT_PORTS:
         raise OriginError(f"{url!r} is not an http or https URL")
@@ -78,7 +87,9 @@ def origin_of(url: str) -> str:
         raise OriginError(f"{url!r} has no host")
     host = _check_host(host.lower().rstrip("."))
     if port_text:
-        if not port_text.isdigit() or not 0 < int(port_text) < 65536:
+        # ASCII digits only: str.isdigit() also accepts `٨٠` and `²`, which int() reads
+        # as 80 or refuses with a bare ValueError.
+        if not (port_text.isascii() and port_text.isdigit()) or not 0 < int(port_text) < 65536:
             raise OriginError(f"{url!r} has a bad port")
         port = int(port_text)
     else:

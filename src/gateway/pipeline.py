@@ -120,6 +120,10 @@ class Pipeline:
     ) -> ToolResult:
         """Run one call to its terminal result. Never raises for a call-level failure."""
         call_id = call_id or new_id("call")
+        if not tool_name.isascii():
+            # No registered name is non-ASCII, so this one is unknown; a lone surrogate in it
+            # could be neither stored as evidence nor answered, so it is kept escaped.
+            tool_name = tool_name.encode("utf-8", "backslashreplace").decode()
         tool = self.registry.get(tool_name)
         if tool is None or not tool.side_effects or not idempotency_key:
             return await self._call(

@@ -82,7 +82,9 @@ class TokenService:
 
     def verify(self, token: str, purpose: Purpose) -> TokenClaims:
         """Signature, purpose and age; raises AuthError (401) on any failure."""
-        if not token or len(token) > 2048:
+        # Tokens are URL-safe ASCII; anything else (a lone surrogate would not even encode)
+        # is refused before it reaches the signer.
+        if not token or len(token) > 2048 or not token.isascii():
             raise AuthError("missing or malformed token")
         try:
             payload: Any = self._serializers[purpose].loads(token)

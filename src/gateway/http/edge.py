@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hmac
 import json
+import re
 from typing import Any
 
 from starlette.requests import Request
@@ -13,6 +14,8 @@ from gateway.errors import AuthError, GatewayError, InvalidInput, NotFound, Payl
 from gateway.identity import TaskIdentity
 from gateway.runtime import Gateway
 from gateway.tokens import Purpose
+
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
 
 
 def error_response(exc: GatewayError) -> JSONResponse:
@@ -37,10 +40,20 @@ async def read_json(request: Request, limit: int) -> Any:
         if size > limit:
             raise PayloadTooLarge(f"body is larger than {limit} bytes")
         chunks.append(chunk)
+    raw = b"".join(chunks)
     try:
-        return json.loads(b"".join(chunks))
+        value = json.loads(raw)
     except (ValueError, RecursionError) as exc:
         raise InvalidInput("body is not valid JSON") from exc
+    # `"\ud800"` parses to a lone surrogate, which no UTF-8 answer or record can hold: an
+    # envelope echoing it made its reply fail with a 500. Only bodies with such an escape
+    # pay for the check.
+    if _SURROGATE_ESCAPE.search(raw):
+        try:
+            json.dumps(value, ensure_ascii=False).encode()
+        except UnicodeEncodeError:
+            raise InvalidInput("body is not valid JSON: it has a lone surrogate") from None
+    return value
 
 
 def bearer(request: Request) -> str:

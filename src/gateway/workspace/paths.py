@@ -53,6 +53,11 @@ def split_path(path: str, *, allow_root: bool = False) -> list[str]:
     """The components of a workspace-relative path, or `forbidden` for anything else."""
     if not isinstance(path, str) or len(path) > MAX_PATH_CHARS:
         raise forbidden("a workspace path is a relative path of at most 1024 characters")
+    if not path.isascii():
+        try:
+            path.encode()
+        except UnicodeEncodeError:  # a lone surrogate names no file
+            raise forbidden("a workspace path must be valid Unicode") from None
     if _CONTROL.search(path):
         raise forbidden("a workspace path may not contain NUL or control characters")
     if path.startswith(("/", "\\", "~")) or _DRIVE.match(path):
