@@ -148,14 +148,6 @@ class Arena:
         records: list[dict[str, Any]] = response.json()["records"]
         return [r for r in records if r.get("kind") == kind]
 
-    async def metric_total(self, name: str) -> float:
-        text = (await self.http.get("/metrics")).text
-        return sum(
-            float(line.rsplit(" ", 1)[1])
-            for line in text.splitlines()
-            if line.startswith(name) and not line.startswith("#")
-        )
-
 
 @contextlib.asynccontextmanager
 async def arena_at(tmp: Path) -> AsyncIterator[Arena]:

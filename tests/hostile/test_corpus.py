@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 import pytest_asyncio
 
+from gateway.tabs import TabHub
 from tests.hostile import http_doors
 from tests.hostile.arena import Arena, arena_at, load_cases
 from tests.hostile.tab_door import TASK as TAB_TASK
@@ -78,8 +79,8 @@ async def _tasks(arena: Arena, case: dict[str, Any]) -> None:
 async def _mcp(arena: Arena, case: dict[str, Any]) -> None:
     send, expect = case["send"], case["expect"]
     before = len(arena.seen.calls)
-    tab_requests = await arena.metric_total("gateway_tab_requests_total")
-    browser_before = await _browser_state(arena)
+    tab_requests = _tab_requests(arena)
+    browser_before = _browser_state(arena)
     answer = await http_doors.replay_mcp(arena, send, task=send.get("task", "main"))
     assert _status_ok(expect, answer.status), (answer.status, answer.body)
     result = http_doors.tool_result(answer)
@@ -103,14 +104,25 @@ async def _mcp(arena: Arena, case: dict[str, Any]) -> None:
         before += 1
     # Nothing accepted: no sentinel ran, no UI action went to a tab, no browser opened.
     assert len(arena.seen.calls) == before
-    assert await arena.metric_total("gateway_tab_requests_total") == tab_requests
-    assert await _browser_state(arena) == browser_before
+    assert _tab_requests(arena) == tab_requests
+    assert _browser_state(arena) == browser_before
     await http_doors.good_mcp_call(arena)
 
 
-async def _browser_state(arena: Arena) -> Any:
-    response = await arena.http.get(f"/v1/tasks/{arena.task_id()}", headers=arena.control)
-    return response.json().get("browser")
+def _browser_state(arena: Arena) -> Any:
+    """What `GET /v1/tasks/{id}` shows of the task's browser, read in process."""
+    return arena.gw.task_probes["browser"](arena.task_id())
+
+
+def _tab_requests(arena: Arena) -> float:
+    """UI actions sent to any tab so far (`gateway_tab_requests`), read in process."""
+    hub = arena.gw.services.get(TabHub)
+    return sum(
+        sample.value
+        for metric in hub.requests.collect()
+        for sample in metric.samples
+        if sample.name.endswith("_total")
+    )
 
 
 async def _parent_tools(arena: Arena, case: dict[str, Any]) -> None:

@@ -20,7 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from gateway.bridge.delegation import check_result
+from gateway.bridge.delegation import ResultRejected, check_result
 from gateway.bridge.delegation_envelopes import HostDelegationRequest
 from gateway.bridge.envelopes import ParentToolRequest
 from gateway.bridge.schemas import (
@@ -73,7 +73,7 @@ def failing(parse: Any, *args: Any) -> Any:
     but the gateway's own error types fails the test)."""
     try:
         return parse(*args)
-    except (GatewayError, EnvelopeInvalid, ValueError) as exc:
+    except (GatewayError, EnvelopeInvalid, ResultRejected, ValueError) as exc:
         return exc
 
 
