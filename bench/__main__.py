@@ -12,11 +12,12 @@ import subprocess
 import sys
 from pathlib import Path
 
-ORDER = ["core", "tabs", "browser", "mcp", "bridge", "example", "peer"]
+ORDER = ["core", "tabs", "webmcp", "browser", "mcp", "bridge", "example", "peer"]
 
 # The rounds `make bench` uses; each area's own defaults are its --full run.
 QUICK = {
     "tabs": ["--rounds", "1000"],
+    "webmcp": ["--quick"],
     "browser": ["--rounds", "6", "--tasks", "32"],
     "mcp": ["--rounds", "4"],
     "bridge": ["--rounds", "150", "--command-rounds", "6"],

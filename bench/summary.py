@@ -33,6 +33,7 @@ UNITS = {"ms": 1.0, "µs": 1e-3, "s": 1e3}
 BASELINES = {
     "core": "the handler called directly",
     "tabs": "a raw websocket echo",
+    "webmcp": "a bare websocket echo through the same page",
     "browser": "raw Playwright, same Chromium",
     "mcp": "the bare MCP SDK server",
     "bridge": "pipeline + bare HTTP + artifact write",
@@ -133,6 +134,7 @@ def door_figures(rows: list[dict[str, Any]]) -> list[tuple[str, int, float, floa
         ("MCP", 1, "mcp", "MCP SDK Client.call_tool / gateway"),
         ("MCP (read view)", 1, "example", "workflow via MCP: read current view"),
         ("WebMCP (read view)", 1, "example", "workflow via WebMCP: read current view"),
+        ("WebMCP (no-op)", 1, "webmcp", "no-op tool through WebMCP"),
         ("tab channel", 1, "tabs", "UI action round trip"),
         ("bridge", 1, "bridge", "host dispatcher"),
     ]

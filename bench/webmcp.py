@@ -1,0 +1,195 @@
+"""A no-op tool through WebMCP against a bare websocket echo through the same page.
+
+One dashboard page connects with the shim (`webmcp: true`) in a Chromium with native
+WebMCP; the task's catalog holds a no-op tool. Both paths are driven by the same client,
+Playwright, and cross the same page and the same kind of websocket to the same server:
+
+- webmcp: `page.webmcp.call_tool("bench.noop", {})`: Chromium's WebMCP, the shim's
+  `execute`, a `tool_call` frame, the registry pipeline with its evidence committed, the
+  `tool_result` frame, back to the caller;
+- floor: `page.evaluate(...)` that sends a frame of the same size over a bare websocket to
+  an echo endpoint on the same server and resolves on the answer.
+
+Rounds alternate. Goal: WebMCP p50 within 1.5x of the floor. Run: `python -m bench.webmcp`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+from pydantic import BaseModel
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import HTMLResponse
+from starlette.routing import Route, WebSocketRoute
+from starlette.websockets import WebSocket, WebSocketDisconnect
+
+from bench.report import summary, write
+from gateway.app import build_app
+from gateway.chromium import find_chromium, launch_args
+from gateway.http import health, tasks
+from gateway.registry import Tool, ToolContext
+from gateway.runtime import Gateway
+from gateway.serving import serving
+from gateway.settings import Settings
+from gateway.tabs import install
+
+P50_GOAL = 1.5
+MS = 1e3
+CONTROL_KEY = "bench-control-key-0123456789abcdef"
+
+PAGE = """<!doctype html><html><head><title>bench</title></head><body>
+<script type="module">
+window.start = async (options) => {
+  const { connectGateway } = await import(options.gateway + "/webmcp.js");
+  window.session = await connectGateway({
+    ...options, webmcp: true, actions: {},
+    view: () => ({ view: "runs", params: {}, selection: {} }),
+  });
+};
+window.openEcho = (url) => new Promise((resolve) => {
+  window.echoSocket = new WebSocket(url);
+  window.echoSocket.onopen = () => resolve(true);
+});
+window.echoOnce = (payload) => new Promise((resolve) => {
+  window.echoSocket.onmessage = (event) => resolve(event.data.length);
+  window.echoSocket.send(payload);
+});
+</script></body></html>"""
+
+
+class Empty(BaseModel):
+    pass
+
+
+async def noop(_ctx: ToolContext, _args: Empty) -> dict[str, Any]:
+    return {"ok": True}
+
+
+async def echo(ws: WebSocket) -> None:
+    await ws.accept()
+    try:
+        while True:
+            await ws.send_text(await ws.receive_text())
+    except WebSocketDisconnect:
+        return
+
+
+async def page(_request: Request) -> HTMLResponse:
+    return HTMLResponse(PAGE)
+
+
+async def run(rounds: int) -> int:
+    from playwright.async_api import async_playwright
+
+    with tempfile.TemporaryDirectory() as tmp:
+        async with serving(Starlette(routes=[Route("/", page)])) as origin:
+            gw = Gateway(
+                Settings(
+                    data_dir=Path(tmp),
+                    secret_keys=["bench-secret-key-0123456789abcdef"],
+                    control_key=CONTROL_KEY,
+                    dashboard_origins=[origin],
+                    example=False,
+                )
+            )
+            gw.registry.add(
+                Tool("bench.noop", "No-op", "Does nothing", Empty, noop, scopes=frozenset({"ui"}))
+            )
+            app = build_app(
+                gateway=gw,
+                extensions=[
+                    health.routes,
+                    tasks.routes,
+                    install,
+                    lambda _g: [WebSocketRoute("/bench/echo", echo)],
+                ],
+            )
+            async with (
+                serving(app) as base_url,
+                httpx.AsyncClient(base_url=base_url) as http,
+                async_playwright() as pw,
+            ):
+                created = await http.post(
+                    "/v1/tasks",
+                    json={
+                        "actor": {"id": "bench", "role": "member"},
+                        "org_id": "org_bench",
+                        "sandbox": {"id": "sb", "app_origin": "http://127.0.0.1:9"},
+                        "scopes": ["ui"],
+                        "allowed_tools": ["bench.noop"],
+                    },
+                    headers={"authorization": f"Bearer {CONTROL_KEY}"},
+                )
+                token = created.json()["tokens"]["tab"]
+                browser = await pw.chromium.launch(
+                    executable_path=find_chromium(), args=launch_args(webmcp=True)
+                )
+                tab = await (await browser.new_context()).new_page()
+                await tab.goto(origin + "/")
+                await tab.wait_for_function("typeof window.start === 'function'")
+                await tab.evaluate("(o) => window.start(o)", {"gateway": base_url, "token": token})
+                await tab.evaluate(
+                    "(u) => window.openEcho(u)", base_url.replace("http", "ws") + "/bench/echo"
+                )
+                for _ in range(100):
+                    if any(t["name"] == "bench.noop" for t in await tab.webmcp.tools()):
+                        break
+                    await asyncio.sleep(0.05)
+                # A frame the size of a tool_call frame, so both paths carry the same bytes.
+                sample = json.dumps(
+                    {
+                        "type": "tool_call",
+                        "id": "call_0123456789abcdef",
+                        "tool": "bench.noop",
+                        "input": {},
+                        "source": "webmcp",
+                    }
+                )
+                webmcp_s: list[float] = []
+                floor_s: list[float] = []
+                warmup = max(20, rounds // 10)
+                for i in range(warmup + rounds):
+                    order = (0, 1) if i % 2 else (1, 0)
+                    for which in order:
+                        t0 = time.perf_counter()
+                        if which == 0:
+                            await tab.webmcp.call_tool("bench.noop", {})
+                        else:
+                            await tab.evaluate("(p) => window.echoOnce(p)", sample)
+                        spent = time.perf_counter() - t0
+                        if i >= warmup:
+                            (webmcp_s if which == 0 else floor_s).append(spent)
+                calls = await gw.store.usage(created.json()["task_id"])
+                await browser.close()
+    w, f = summary([s * MS for s in webmcp_s]), summary([s * MS for s in floor_s])
+    ratio = w["p50"] / f["p50"]
+    rows = [
+        {"path": "bare websocket echo through the page (ms)", **f},
+        {"path": "no-op tool through WebMCP (ms)", **w},
+        {"path": "ratio webmcp/floor", "n": rounds, "p50": ratio, "p99": w["p99"] / f["p99"]},
+    ]
+    ok = ratio <= P50_GOAL
+    write("webmcp", rows, {"goals": {"p50_ratio": P50_GOAL}, "met": ok, "calls": calls[0]})
+    print(f"WebMCP p50 {ratio:.2f}x its floor (goal {P50_GOAL}x): {'met' if ok else 'NOT met'}")
+    return 0 if ok else 2
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--rounds", type=int, default=500)
+    parser.add_argument("--quick", action="store_true", help="fewer rounds")
+    args = parser.parse_args()
+    return asyncio.run(run(100 if args.quick else args.rounds))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
