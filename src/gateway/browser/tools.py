@@ -7,6 +7,7 @@ belong to that snapshot; the evidence of each call names the page it acted on.
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from playwright.async_api import Page
@@ -92,6 +93,16 @@ async def _keep_screenshot(ctx: ToolContext, session: BrowserSession) -> None:
     ctx.evidence["screenshot"] = ref.id
 
 
+async def _acted(
+    ctx: ToolContext, session: BrowserSession, act: Callable[[Page], Awaitable[dict[str, Any]]]
+) -> dict[str, Any]:
+    """Run an action on the page; its result names the page it left, with a screenshot."""
+    result = await session.run(ctx, act)
+    result["url"] = session.url
+    await _keep_screenshot(ctx, session)
+    return result
+
+
 def _locator(session: BrowserSession, page: Page, ref: str) -> Any:
     name = resolve_ref(ref, session.latest, session.document)
     return page.locator(f"aria-ref={name}")
@@ -133,10 +144,7 @@ async def click(ctx: ToolContext, args: ClickInput) -> dict[str, Any]:
         await _locator(session, page, args.ref).click(timeout=ACTION_TIMEOUT_MS)
         return {"clicked": args.ref}
 
-    result = await session.run(ctx, act)
-    result["url"] = session.url
-    await _keep_screenshot(ctx, session)
-    return result
+    return await _acted(ctx, session, act)
 
 
 async def fill(ctx: ToolContext, args: FillInput) -> dict[str, Any]:
@@ -146,10 +154,7 @@ async def fill(ctx: ToolContext, args: FillInput) -> dict[str, Any]:
         await _locator(session, page, args.ref).fill(args.value, timeout=ACTION_TIMEOUT_MS)
         return {"filled": args.ref}
 
-    result = await session.run(ctx, act)
-    result["url"] = session.url
-    await _keep_screenshot(ctx, session)
-    return result
+    return await _acted(ctx, session, act)
 
 
 async def press(ctx: ToolContext, args: PressInput) -> dict[str, Any]:
@@ -162,10 +167,7 @@ async def press(ctx: ToolContext, args: PressInput) -> dict[str, Any]:
             await page.keyboard.press(args.key)
         return {"pressed": args.key}
 
-    result = await session.run(ctx, act)
-    result["url"] = session.url
-    await _keep_screenshot(ctx, session)
-    return result
+    return await _acted(ctx, session, act)
 
 
 async def wait_for(ctx: ToolContext, args: WaitForInput) -> dict[str, Any]:
