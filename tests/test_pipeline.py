@@ -354,3 +354,12 @@ async def test_the_budget_survives_a_restart(settings: Settings) -> None:
         assert last.error is not None
         assert last.error.code == "budget_exceeded"
     assert calls.count == 2  # t.side once, t.echo once
+
+
+async def test_an_ended_task_leaves_no_usage_behind(env: tuple[Gateway, Calls]) -> None:
+    gw, _ = env
+    ident, _ = await new_task(gw)
+    await gw.pipeline.call(ident, "t.echo", {"text": "x"}, door=Door.MCP)
+    assert ident.task_id in gw.pipeline._usage
+    await gw.tasks.end(ident.task_id)
+    assert ident.task_id not in gw.pipeline._usage

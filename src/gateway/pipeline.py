@@ -399,6 +399,10 @@ class Pipeline:
         self.metrics.call_seconds.labels(call.door.value).observe(duration)
         return result
 
+    async def forget(self, task_id: str, _reason: str) -> None:
+        """A task ended or expired: its calls are refused from now on, its usage can go."""
+        self._usage.pop(task_id, None)
+
     async def _usage_of(self, task_id: str) -> _TaskUsage:
         usage = self._usage.get(task_id)
         if usage is None:

@@ -56,6 +56,7 @@ class Gateway:
         self.pipeline = Pipeline(
             self.registry, self.tasks, self.store, self.services, self.redactor, self.metrics
         )
+        self.tasks.on_end(self.pipeline.forget)
         self._startup: list[Hook] = []
         self._shutdown: list[Hook] = []
         self._contexts: list[Callable[[], AbstractAsyncContextManager[Any]]] = []
