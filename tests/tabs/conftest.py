@@ -23,7 +23,7 @@ from gateway.runtime import Gateway
 from gateway.serving import serving
 from gateway.settings import Settings
 from gateway.tabs import ChannelLimits, TabConfig, TabHub, Views, install
-from tests.conftest import task_body
+from tests.conftest import Live
 
 DASHBOARD = "http://127.0.0.1:8765"
 
@@ -44,32 +44,20 @@ def register_views(gw: Gateway) -> None:
 
 
 @dataclass
-class TabGateway:
-    base_url: str
-    gw: Gateway
-    http: httpx.AsyncClient
+class TabGateway(Live):
+    """A gateway with the tab channel, plus the tab-side views of it the tests need."""
+
+    @property
+    def gw(self) -> Gateway:
+        return self.gateway
 
     @property
     def hub(self) -> TabHub:
-        return self.gw.services.get(TabHub)
+        return self.gateway.services.get(TabHub)
 
     @property
     def ws_url(self) -> str:
         return self.base_url.replace("http://", "ws://") + "/v1/tabs"
-
-    @property
-    def control(self) -> dict[str, str]:
-        return {"authorization": f"Bearer {self.gw.settings.control_key}"}
-
-    async def create_task(self, **kwargs: Any) -> dict[str, Any]:
-        response = await self.http.post("/v1/tasks", json=task_body(**kwargs), headers=self.control)
-        assert response.status_code == 201, response.text
-        body: dict[str, Any] = response.json()
-        return body
-
-    async def end_task(self, task_id: str) -> None:
-        response = await self.http.delete(f"/v1/tasks/{task_id}", headers=self.control)
-        assert response.status_code == 200, response.text
 
     async def evidence(self, task_id: str, kind: str, wait_for: int = 0) -> list[dict[str, Any]]:
         """The task's evidence records of one kind; `wait_for` polls (briefly) until at least
