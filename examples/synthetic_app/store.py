@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import event, func, insert, select, update
+from sqlalchemy import Table, event, func, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
 from examples.synthetic_app import schema as t
@@ -530,33 +530,26 @@ class AppStore:
         return run
 
 
-async def _agent_row(conn: AsyncConnection, w: Who, agent_id: str) -> dict[str, Any]:
+async def _owned(
+    conn: AsyncConnection, table: Table, org_id: str, row_id: str, what: str
+) -> dict[str, Any]:
+    """One row of `table` by id, only within `org_id`: another organization's is NotFound."""
     row = (
-        (
-            await conn.execute(
-                select(t.agents).where(t.agents.c.id == agent_id, t.agents.c.org_id == w.org_id)
-            )
-        )
+        (await conn.execute(select(table).where(table.c.id == row_id, table.c.org_id == org_id)))
         .mappings()
         .first()
     )
     if row is None:
-        raise NotFound(f"no agent {agent_id[:40]} in this organization")
+        raise NotFound(f"no {what} {row_id[:40]} in this organization")
     return dict(row)
 
 
+async def _agent_row(conn: AsyncConnection, w: Who, agent_id: str) -> dict[str, Any]:
+    return await _owned(conn, t.agents, w.org_id, agent_id, "agent")
+
+
 async def _suite(conn: AsyncConnection, w: Who, suite_id: str) -> dict[str, Any]:
-    suite = (
-        (
-            await conn.execute(
-                select(t.suites).where(t.suites.c.id == suite_id, t.suites.c.org_id == w.org_id)
-            )
-        )
-        .mappings()
-        .first()
-    )
-    if suite is None:
-        raise NotFound(f"no suite {suite_id[:40]} in this organization")
+    suite = await _owned(conn, t.suites, w.org_id, suite_id, "suite")
     scenarios = (
         await conn.execute(
             select(t.scenarios)
@@ -565,7 +558,7 @@ async def _suite(conn: AsyncConnection, w: Who, suite_id: str) -> dict[str, Any]
         )
     ).mappings()
     return {
-        **dict(suite),
+        **suite,
         "scenarios": [
             {
                 "id": s["id"],
@@ -579,13 +572,7 @@ async def _suite(conn: AsyncConnection, w: Who, suite_id: str) -> dict[str, Any]
 
 
 async def _run(conn: AsyncConnection, org_id: str, run_id: str) -> dict[str, Any]:
-    run = (
-        (await conn.execute(select(t.runs).where(t.runs.c.id == run_id, t.runs.c.org_id == org_id)))
-        .mappings()
-        .first()
-    )
-    if run is None:
-        raise NotFound(f"no run {run_id[:40]} in this organization")
+    run = await _owned(conn, t.runs, org_id, run_id, "run")
     results = [
         {
             "scenario_id": r["scenario_id"],
