@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
@@ -84,6 +85,28 @@ def test_secret_keys_are_blanked_whatever_their_value() -> None:
 def test_relative_workspace_paths_and_plain_text_survive() -> None:
     text = "edit src/app.py and README.md; the run took 12 s"
     assert redactor.text(text) == text
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["/url: /runs", "open /runs/12", "/optional", "/etcetera/x", "/data-sets", "/users/12"],
+)
+def test_url_paths_that_start_like_a_host_root_survive(text: str) -> None:
+    # A snapshot of a page linking to /runs is evidence an operator reads: it stays whole.
+    assert redactor.text(text) == text
+
+
+@pytest.mark.parametrize(
+    ("text", "redacted"),
+    [
+        ("see /tmp.", "see [path]."),
+        ("(/home)", "([path])"),
+        ("/run/user/0/bus", "[path]"),
+        ("cd /data/x; ls", "cd [path]; ls"),
+    ],
+)
+def test_a_host_root_alone_or_with_a_path_is_redacted(text: str, redacted: str) -> None:
+    assert redactor.text(text) == redacted
 
 
 def test_env_secrets_are_known(monkeypatch: Any) -> None:

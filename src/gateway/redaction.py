@@ -38,12 +38,14 @@ _PATTERNS = [
     # unbounded `[..]*word[..]*` retries every split of a long word (minutes on 200 kB).
     re.compile(r"(?i)(?:token|secret|password|api_?key|auth)[A-Za-z0-9_]{0,64}\s*=\s*[^\s&;,\"']+"),
 ]
-# Absolute host paths: a POSIX path of two or more segments under a host-local root, or a
-# Windows drive path. Relative workspace paths (README.md, src/x.py) are kept. A path also
-# starts after an escaped line break or tab (`\n/home/...` in JSON-escaped text).
+# Absolute host paths: a POSIX path under a host-local root (the root alone too), or a
+# Windows drive path. Relative workspace paths (README.md, src/x.py) are kept, and so are
+# URL paths that only start like a root (`/runs`, `/optional`, `/data-sets`): the root's
+# name must end its segment. A path also starts after an escaped line break or tab
+# (`\n/home/...` in JSON-escaped text).
 _HOST_PATH = re.compile(
     r"(?:(?<![\w.-])|(?<=\\[nrt]))(?:/(?:home|root|Users|tmp|var|etc|opt|srv|mnt|usr|private|proc|run|work|data)"
-    r"(?:/[^\s\"'<>|:;,]*)?|[A-Za-z]:\\[^\s\"'<>|]*|~/[^\s\"'<>|]*)"
+    r"(?![\w-])(?:/[^\s\"'<>|:;,]*)?|[A-Za-z]:\\[^\s\"'<>|]*|~/[^\s\"'<>|]*)"
 )
 _SECRET_ENV = re.compile(r"(?i)(token|secret|password|passwd|key|cookie|credential|auth)")
 
