@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import pytest
+from playwright.async_api import Error as PlaywrightError
 
 from gateway.browser.policy import page_url_allowed, resolve_target
 from gateway.browser.snapshot import build_snapshot, resolve_ref
+from gateway.browser.tools import _snapshot_after_load
 from gateway.errors import ToolFailure
 from gateway.identity import Sandbox
 
@@ -78,3 +80,20 @@ def test_a_cut_snapshot_hands_out_only_the_refs_it_shows() -> None:
     assert snap.truncated
     assert snap.refs == {"e1"}
     assert "e2" not in snap.text
+
+
+class _SnapshotFails:
+    """A session whose page cannot be read: the layer above is what is under test."""
+
+    async def take_snapshot(self, _page: object, *, timeout_ms: float) -> object:
+        assert timeout_ms <= 15_000  # inside the tool's deadline, after a 45 s navigation
+        raise PlaywrightError("Timeout 10000ms exceeded.\nCall log: ...")
+
+
+async def test_a_navigate_whose_snapshot_fails_still_reports_the_navigation() -> None:
+    fields = await _snapshot_after_load(_SnapshotFails(), object())  # type: ignore[arg-type]
+    assert fields == {
+        "snapshot_id": None,
+        "snapshot": None,
+        "snapshot_error": "Timeout 10000ms exceeded.",
+    }

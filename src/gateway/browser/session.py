@@ -92,7 +92,7 @@ class BrowserSession:
         self.last_used = time.monotonic()
         self.lost: str | None = None  # why the browser under this session is gone
         self.closed = False
-        self.document = 0  # bumped on each main-frame navigation: refs of older ones are stale
+        self.document = 0  # bumped on each new main-frame document: refs of older ones are stale
         self.latest: Snapshot | None = None
         self.blocked_total = 0
         self.lock = asyncio.Lock()
@@ -149,6 +149,9 @@ class BrowserSession:
 
     def _watch(self) -> None:
         self.page.on("framenavigated", self._navigated)
+        # Only a new document fires it, also one at the same URL (a reload, a second
+        # navigate to the page), which `framenavigated` cannot tell from a same-document move.
+        self.page.on("domcontentloaded", self._new_document)
         self.page.on("download", self._download)
         self.page.on("crash", lambda _page: self._lose("the task's page crashed"))
         self.context.on("page", self._popup)
@@ -215,6 +218,9 @@ class BrowserSession:
         if not page_url_allowed(url, self.origins):
             self._violate("navigation_blocked", url, denies=True)
             self._restore_soon()
+
+    def _new_document(self, _page: Page) -> None:
+        self.document += 1
 
     def _restore_soon(self) -> None:
         if self._restoring is None or self._restoring.done():
@@ -348,9 +354,11 @@ class BrowserSession:
 
     # -- snapshots ----------------------------------------------------------------------
 
-    async def take_snapshot(self, page: Page) -> Snapshot:
+    async def take_snapshot(
+        self, page: Page, *, timeout_ms: float = SNAPSHOT_TIMEOUT_MS
+    ) -> Snapshot:
         document = self.document
-        raw = await page.aria_snapshot(mode="ai", timeout=SNAPSHOT_TIMEOUT_MS)
+        raw = await page.aria_snapshot(mode="ai", timeout=timeout_ms)
         self._seq += 1
         # A navigation during the capture leaves the snapshot's refs stale from the start.
         snap = build_snapshot(

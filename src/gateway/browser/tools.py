@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from playwright.async_api import Error as PlaywrightError
 from playwright.async_api import Page
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -19,13 +20,15 @@ from gateway.settings import Settings
 from .policy import resolve_target
 from .pool import BrowserPool
 from .session import BrowserSession
-from .snapshot import REF_PATTERN, resolve_ref
+from .snapshot import REF_PATTERN, Snapshot, resolve_ref
 
 SCOPE = "browser"
 # Generous: on a loaded machine a renderer can take seconds to answer; the tool's own
 # deadline still bounds the whole call.
 NAVIGATION_TIMEOUT_MS = 45_000
 ACTION_TIMEOUT_MS = 30_000
+# Navigation (45 s) and its snapshot stay inside the tool's 60 s deadline.
+NAVIGATE_SNAPSHOT_TIMEOUT_MS = 10_000
 KEY_PATTERN = r"^(?:[A-Za-z0-9]{1,24}\+){0,3}(?:[A-Za-z0-9]{1,24}|[!-~])$"
 
 
@@ -39,6 +42,11 @@ class NavigateInput(_Input):
         max_length=2048,
         description="An absolute URL within the task's allowed origins, or a path such as "
         "/agents resolved against the sandbox's app origin.",
+    )
+    snapshot: bool = Field(
+        default=True,
+        description="Also return the loaded page's snapshot with element refs, as "
+        "browser.snapshot does, so the next action needs no call of its own.",
     )
 
 
@@ -115,11 +123,34 @@ async def navigate(ctx: ToolContext, args: NavigateInput) -> dict[str, Any]:
 
     async def act(page: Page) -> dict[str, Any]:
         response = await page.goto(target, wait_until="load", timeout=NAVIGATION_TIMEOUT_MS)
-        return {"url": page.url, "status": response.status if response is not None else None}
+        result: dict[str, Any] = {
+            "url": page.url,
+            "status": response.status if response is not None else None,
+        }
+        if args.snapshot:
+            result.update(await _snapshot_after_load(session, page))
+        return result
 
     result = await session.run(ctx, act)
     await _keep_screenshot(ctx, session)
     return result
+
+
+def _snapshot_fields(snap: Snapshot) -> dict[str, Any]:
+    return {"snapshot_id": f"s{snap.seq}", "snapshot": snap.text, "truncated": snap.truncated}
+
+
+async def _snapshot_after_load(session: BrowserSession, page: Page) -> dict[str, Any]:
+    """The navigated page's snapshot. The first snapshot of a document is the costly one
+    (Playwright's page script is installed then), and an agent's next step after opening a
+    page is to read it, so navigate pays for it once and hands it over. The navigation has
+    happened either way: a snapshot that fails does not fail the call, it says why."""
+    try:
+        snap = await session.take_snapshot(page, timeout_ms=NAVIGATE_SNAPSHOT_TIMEOUT_MS)
+    except PlaywrightError as exc:
+        first_line = (exc.message or str(exc) or "browser error").splitlines()[0][:300]
+        return {"snapshot_id": None, "snapshot": None, "snapshot_error": first_line}
+    return _snapshot_fields(snap)
 
 
 async def snapshot(ctx: ToolContext, _args: SnapshotInput) -> dict[str, Any]:
@@ -127,12 +158,7 @@ async def snapshot(ctx: ToolContext, _args: SnapshotInput) -> dict[str, Any]:
 
     async def act(page: Page) -> dict[str, Any]:
         snap = await session.take_snapshot(page)
-        return {
-            "snapshot_id": f"s{snap.seq}",
-            "url": page.url,
-            "snapshot": snap.text,
-            "truncated": snap.truncated,
-        }
+        return {"url": page.url, **_snapshot_fields(snap)}
 
     return await session.run(ctx, act)
 
@@ -201,12 +227,14 @@ def register(registry: Registry, settings: Settings) -> None:
         (
             "browser.navigate",
             "Open a page",
-            "Open a URL of the task's sandbox app in the task's own browser.",
+            "Open a URL of the task's sandbox app in the task's own browser; the answer "
+            "carries the loaded page's snapshot with element refs, as browser.snapshot's "
+            "does (unless snapshot is false).",
             NavigateInput,
             navigate,
             act,
             False,
-            64 * 1024,
+            snapshot_bytes + 4096,
         ),
         (
             "browser.snapshot",
