@@ -8,9 +8,11 @@ from pathlib import Path
 
 import httpx
 import pytest
+from prometheus_client import generate_latest
 
 from gateway.app import build_app
 from gateway.browser import BrowserPool, BrowserProcesses, install
+from gateway.browser import pool as pool_module
 from gateway.http import tasks as task_routes
 from gateway.results import ToolStatus
 from gateway.runtime import Gateway
@@ -60,6 +62,26 @@ async def test_snapshot_click_fill_press_wait_and_screenshot(browsers: BrowserGa
     assert (await browsers.gw.store.read_artifact(ref)).startswith(b"\x89PNG")
     calls = await browsers.evidence(task, "call")
     assert all(c["context"]["page"].startswith(browsers.sites.allowed) for c in calls)
+
+
+async def test_navigate_hands_over_the_loaded_pages_snapshot(browsers: BrowserGateway) -> None:
+    task = await browsers.task()
+    nav = await browsers.call(task, "browser.navigate", url="/")
+    assert nav.ok and nav.output["status"] == 200
+    assert 'heading "Agents"' in nav.output["snapshot"] and not nav.output["truncated"]
+    # Its refs are the page's latest: an agent acts on them without a snapshot call.
+    save = _snapshot_refs(nav.output["snapshot"], "Save")
+    assert save.startswith(nav.output["snapshot_id"] + ".")
+    assert (await browsers.call(task, "browser.click", ref=save)).ok
+    # Asked not to, navigate reads nothing; the refs of the last page are stale now.
+    bare = await browsers.call(task, "browser.navigate", url="/", snapshot=False)
+    assert bare.ok and "snapshot" not in bare.output
+    stale = await browsers.call(task, "browser.click", ref=save)
+    assert stale.error is not None and stale.error.code == "stale_target"
+    # The snapshot is evidence like any output, and a link path is kept as it is.
+    calls = await browsers.evidence(task, "call")
+    assert 'heading "Agents"' in calls[0]["output"]["snapshot"]
+    assert "/url: /second" in calls[0]["output"]["snapshot"]
 
 
 async def test_refs_go_stale_when_the_page_navigates(browsers: BrowserGateway) -> None:
@@ -145,6 +167,36 @@ async def test_warm_stock_hands_each_context_to_one_task(
         await gw.tasks.end(t1.task_id)
         await gw.tasks.end(t2.task_id)
         assert pool.live_count() == 0
+    finally:
+        await gw.stop()
+
+
+async def test_warm_stock_is_refilled_only_when_no_task_browser_is_busy(
+    tmp_path: Path, sites: Sites, chromium: BrowserProcesses, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(pool_module, "WARM_REFILL_DELAY_S", 0.0)
+    # Long enough that the refill cannot slip in between the navigate and the hold below.
+    monkeypatch.setattr(pool_module, "WARM_REFILL_QUIET_S", 2.0)
+    gw = Gateway(browser_settings(tmp_path, browser_warm_contexts=1, max_contexts=4))
+    gw.services.provide(BrowserProcesses, chromium)
+    install(gw)
+    await gw.start()
+    try:
+        pool = gw.services.get(BrowserPool)
+        b = BrowserGateway(gw, sites)
+        assert await pool.stocked() == 1
+        task = await b.task()
+        assert (await b.call(task, "browser.navigate", url="/")).ok
+        session = pool.session(task.task_id)
+        assert session is not None
+        # While the task's browser runs a call, the stock is not refilled: opening a
+        # context (its renderer's start) would take CPU from that call.
+        async with session.lock:
+            assert pool.quiet_for() == 0.0
+            await asyncio.sleep(1.0)
+            assert pool.warm_count() == 0
+        assert await pool.stocked() == 1
+        assert "gateway_browser_warm_contexts 1.0" in generate_latest(gw.metrics.registry).decode()
     finally:
         await gw.stop()
 
