@@ -49,6 +49,7 @@ PEER_CLI = PEER_DIR / "node_modules" / "@playwright" / "mcp" / "cli.js"
 CONTROL_KEY = "bench-control-key-0123456789abcdef"
 MS = 1e3
 SAVE_REF = re.compile(r'button \\?"Save\\?" \[ref=([^\]\\]+)\]')
+WARM_GAUGE = re.compile(r"^gateway_browser_warm_contexts ([0-9.]+)$", re.MULTILINE)
 Call = Callable[[str, dict[str, Any]], Awaitable[str]]
 Samples = dict[str, list[float]]
 
@@ -140,6 +141,9 @@ class Peer:
         self.config.write_text(json.dumps(config))
         self.count = 0
 
+    async def settled(self) -> None:
+        """Nothing of the peer runs between rounds: its sessions' processes are gone."""
+
     async def open(self, url: str) -> Session:
         from mcp.client.stdio import StdioServerParameters
 
@@ -170,9 +174,10 @@ class Ours:
 
     name = "gateway"
 
-    def __init__(self, base_url: str, app: str) -> None:
+    def __init__(self, base_url: str, app: str, warm: int) -> None:
         self.base_url = base_url
         self.app = app
+        self.warm = warm
         self.control = httpx.AsyncClient(
             base_url=base_url, headers={"authorization": f"Bearer {CONTROL_KEY}"}, timeout=60
         )
@@ -217,6 +222,17 @@ class Ours:
         await call("browser.navigate", {"url": url})
         return Session(call, close)
 
+    async def settled(self, timeout_s: float = 30.0) -> None:
+        """Wait until the gateway's warm stock is full again, so its refill (background
+        work, on the same 2 cores) does not land inside either side's measured round."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            metrics = (await self.control.get("/metrics")).text
+            stocked = WARM_GAUGE.search(metrics)
+            if stocked is None or float(stocked[1]) >= self.warm:
+                return
+            await asyncio.sleep(0.1)
+
     async def aclose(self) -> None:
         await self.control.aclose()
 
@@ -228,6 +244,37 @@ async def timed(fn: Callable[..., Awaitable[Any]], *args: Any) -> tuple[float, A
     t0 = time.perf_counter()
     value = await fn(*args)
     return time.perf_counter() - t0, value
+
+
+def _cpu_busy_idle() -> tuple[int, int]:
+    """The machine's busy and idle CPU time so far, in clock ticks (/proc/stat)."""
+    with open("/proc/stat") as stat:
+        fields = [int(v) for v in stat.readline().split()[1:8]]
+    idle = fields[3] + fields[4]
+    return sum(fields) - idle, idle
+
+
+async def cpu_quiet(
+    *, below: float = 0.15, window_s: float = 0.25, timeout_s: float = 10.0
+) -> None:
+    """Wait until the machine's CPU is mostly idle over one window: a new Chromium renderer
+    keeps initializing for about half a second after its page is made (measured: 0.5 s of
+    CPU time per renderer), and a closed session's processes take a moment to go."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        busy0, idle0 = _cpu_busy_idle()
+        await asyncio.sleep(window_s)
+        busy1, idle1 = _cpu_busy_idle()
+        total = (busy1 - busy0) + (idle1 - idle0)
+        if total > 0 and (busy1 - busy0) / total < below:
+            return
+
+
+async def settle(sides: dict[str, Any]) -> None:
+    """Every side idle, its background work done, before a round is measured."""
+    for side in sides.values():
+        await side.settled()
+    await cpu_quiet()
 
 
 async def start_round(side: Any, url: str, sessions: int) -> list[float]:
@@ -244,7 +291,7 @@ async def starts(sides: dict[str, Any], url: str, sessions: int, rounds: int) ->
     names = list(sides)
     for i in range(rounds):
         for name in names[i % len(names) :] + names[: i % len(names)]:
-            await asyncio.sleep(1.0)  # a warm stock refills between rounds
+            await settle(sides)
             samples[name].extend(await start_round(sides[name], url, sessions))
     return samples
 
@@ -281,6 +328,7 @@ async def work(sides: dict[str, Any], url: str, sessions: int, rounds: int) -> d
     try:
         for i in range(rounds):
             for name in names[i % len(names) :] + names[: i % len(names)]:
+                await settle(sides)
                 await work_round(opened[name], url, samples[name])
     finally:
         for group in opened.values():
@@ -354,7 +402,8 @@ async def measure(quick: bool) -> tuple[list[dict[str, Any]], dict[str, Any]]:
             gateway(work_dir / "warm", warm=8) as warm_base,
         ):
             url = app + "/"
-            peer, cold, warm = Peer(work_dir), Ours(cold_base, app), Ours(warm_base, app)
+            peer = Peer(work_dir)
+            cold, warm = Ours(cold_base, app, warm=0), Ours(warm_base, app, warm=8)
             # One start each first: node and Chromium in the OS cache (the peer's "warm"
             # start), the gateways' Chromium launched and their code paths warm.
             for side in (peer, cold, warm):
