@@ -13,6 +13,8 @@ from prometheus_client import generate_latest
 from gateway.app import build_app
 from gateway.browser import BrowserPool, BrowserProcesses, install
 from gateway.browser import pool as pool_module
+from gateway.browser.memory import command_line
+from gateway.chromium import dropped_features
 from gateway.http import tasks as task_routes
 from gateway.results import ToolStatus
 from gateway.runtime import Gateway
@@ -275,3 +277,16 @@ async def test_an_idle_context_is_closed_and_the_next_call_gets_a_fresh_one(
         assert "cookie=none" in (await b.call(task, "browser.snapshot")).output["snapshot"]
     finally:
         await gw.stop()
+
+
+async def test_the_pools_chromium_applies_playwrights_features_and_its_own(
+    chromium: BrowserProcesses,
+) -> None:
+    [process] = chromium.live()
+    assert process.pid is not None
+    line = command_line(process.pid)
+    # Playwright's switches come first, ours last: Chromium applies ours, which lose nothing.
+    assert dropped_features(line) == {}
+    applied = [a for a in line if a.startswith("--disable-features=")][-1]
+    assert "RenderDocument" in applied.split("=", 1)[1].split(",")
+    assert chromium.launches == 1  # no relaunch was needed to keep Playwright's features

@@ -54,6 +54,15 @@ def pss_kib(pids: list[int]) -> int:
     return total
 
 
+def command_line(pid: int) -> list[str]:
+    """A process's arguments, or none when it is gone (or /proc is not there)."""
+    try:
+        raw = (PROC / str(pid) / "cmdline").read_bytes()
+    except OSError:
+        return []
+    return [arg.decode(errors="replace") for arg in raw.split(b"\0") if arg]
+
+
 def find_browser_pid(marker: str) -> int | None:
     """The Chromium browser process launched with `marker` among its switches.
 
