@@ -3,8 +3,8 @@
 1. Task start: from the agent token to the first snapshot of the app page through the
    gateway's tools (authenticate, browser.navigate with the snapshot it returns, evidence
    committed), without and with the warm stock, against raw Playwright new_context +
-   new_page + goto + aria snapshot. Rounds are interleaved (the order rotates) and the goal is judged on the
-   median of the per-round ratios, so the machine's drift cancels.
+   new_page + goto + aria snapshot. Rounds are interleaved (the order rotates) and the goal
+   is judged on the median of the per-round ratios, so the machine's drift cancels.
    Goals: within 1.1x of raw without the warm stock, under 0.5x with it.
 2. N concurrent tasks (default 64) each doing navigate + snapshot + click: p50/p99 per task
    and errors, against the same sequence done with raw Playwright contexts.
