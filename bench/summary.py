@@ -33,7 +33,7 @@ UNITS = {"ms": 1.0, "µs": 1e-3, "s": 1e3}
 BASELINES = {
     "core": "the handler called directly",
     "tabs": "a raw websocket echo",
-    "webmcp": "a bare websocket echo through the same page",
+    "webmcp": "a bare websocket echo behind a WebMCP tool of the same page",
     "browser": "raw Playwright, same Chromium",
     "mcp": "the bare MCP SDK server",
     "bridge": "pipeline + bare HTTP + artifact write",
