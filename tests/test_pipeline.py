@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import sqlite3
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -314,6 +315,62 @@ async def test_idempotent_replay_survives_a_restart(settings: Settings) -> None:
         )
     assert calls.count == 1
     assert again.replayed and again.output == first.output
+
+
+async def test_a_key_reused_with_another_input_is_a_conflict_and_runs_nothing(
+    env: tuple[Gateway, Calls],
+) -> None:
+    gw, calls = env
+    ident, _ = await new_task(gw)
+    first = await gw.pipeline.call(
+        ident, "t.side", {"text": "a"}, door=Door.BRIDGE, idempotency_key="req-1"
+    )
+    assert first.ok and calls.count == 1
+    other = await gw.pipeline.call(
+        ident, "t.side", {"text": "b"}, door=Door.BRIDGE, idempotency_key="req-1"
+    )
+    assert other.status is ToolStatus.FAILED and not other.replayed
+    assert other.error is not None and other.error.code == "conflict"
+    assert other.error.details == {"call_id": first.call_id}
+    assert calls.count == 1  # the second input never reached the handler
+    # The same input again, its defaults spelled out this time, is the same request.
+    again = await gw.pipeline.call(
+        ident, "t.side", {"times": 1, "text": "a"}, door=Door.BRIDGE, idempotency_key="req-1"
+    )
+    assert again.replayed and again.output == first.output and calls.count == 1
+    records = await gw.store.evidence_for(ident.org_id, ident.task_id)
+    assert [r["status"] for r in records] == ["succeeded", "failed", "succeeded"]
+
+
+async def test_keys_recorded_before_inputs_were_kept_still_replay(settings: Settings) -> None:
+    calls = Calls()
+    async for gw in started(settings):
+        install_tools(gw, calls)
+        ident, _ = await new_task(gw)
+        first = await gw.pipeline.call(
+            ident, "t.side", {"text": "a"}, door=Door.MCP, idempotency_key="old"
+        )
+    # The data dir of a gateway from before the column existed.
+    db = sqlite3.connect(settings.data_dir / "gateway.db")
+    with db:
+        db.execute("ALTER TABLE idempotency DROP COLUMN input_sha256")
+    db.close()
+    async for gw in started(settings):
+        install_tools(gw, calls)
+        again = await gw.pipeline.call(
+            ident, "t.side", {"text": "other"}, door=Door.MCP, idempotency_key="old"
+        )
+        fresh = await gw.pipeline.call(
+            ident, "t.side", {"text": "a"}, door=Door.MCP, idempotency_key="new"
+        )
+        conflict = await gw.pipeline.call(
+            ident, "t.side", {"text": "b"}, door=Door.MCP, idempotency_key="new"
+        )
+    # A key kept without its input replays whatever the input; new keys are checked.
+    assert again.replayed and again.output == first.output
+    assert fresh.ok and not fresh.replayed
+    assert conflict.error is not None and conflict.error.code == "conflict"
+    assert calls.count == 2
 
 
 async def test_evidence_is_redacted(env: tuple[Gateway, Calls]) -> None:

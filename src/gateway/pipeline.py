@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import json
 import logging
 import time
@@ -195,8 +196,18 @@ class Pipeline:
                 if keyed and idempotency_key is not None
                 else None
             )
+            digest = input_digest(call.input) if keyed else ""
             if recorded is not None:
-                prior = ToolResult.model_validate_json(recorded)
+                if recorded.input_sha256 not in (None, digest):
+                    raise ToolFailure(
+                        ToolStatus.FAILED,
+                        ErrorCode.CONFLICT,
+                        f"idempotency key {idempotency_key!r:.80} was used by call "
+                        f"{recorded.call_id} with another input; nothing was run (a new "
+                        "request needs a new key)",
+                        details={"call_id": recorded.call_id},
+                    )
+                prior = ToolResult.model_validate_json(recorded.result_json)
                 call.replayed = True
                 call.status, call.output, call.error = prior.status, prior.output, prior.error
                 call.truncated = prior.truncated
@@ -214,6 +225,7 @@ class Pipeline:
                         idempotency_key,
                         call_id,
                         call.result().model_dump_json(),
+                        digest,
                     )
         except GatewayError as exc:
             call.status, call.error = exc.tool_status, exc.to_tool_error()
@@ -435,6 +447,15 @@ class Pipeline:
             ]
         )
         return record_id
+
+
+def input_digest(validated: Any) -> str:
+    """The sha256 of a validated input in a canonical JSON form (keys sorted), so the same
+    request sent again matches its first call whatever the order of its fields."""
+    canonical = json.dumps(
+        validated, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str
+    )
+    return hashlib.sha256(canonical.encode("utf-8", "surrogatepass")).hexdigest()
 
 
 def bound_output(value: Any, limit: int) -> tuple[Any, bool]:

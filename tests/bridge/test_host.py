@@ -231,6 +231,17 @@ async def test_a_repeated_request_id_replays_a_side_effect(bridge: BridgeSetup) 
     assert third["output"]["count"] == 2
 
 
+async def test_a_request_id_reused_for_another_input_is_refused(bridge: BridgeSetup) -> None:
+    body = request("test.count", request_id="ptr_reused", input={"text": "a"})
+    _, first = await post(bridge, body)
+    _, other = await post(bridge, {**body, "input": {"text": "b"}})
+    assert first["status"] == "succeeded"
+    assert other["status"] == "failed", other
+    assert other["error"]["code"] == "conflict" and other["error"]["retryable"] is False
+    assert "output" not in other or other["output"] is None
+    assert bridge.probe.runs["test.count"] == 1  # the second input never ran
+
+
 async def test_a_read_only_tool_runs_again_for_the_same_request_id(bridge: BridgeSetup) -> None:
     body = request("test.echo", request_id="ptr_same")
     await post(bridge, body)

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Table, create_engine, event, func, insert, select
+from sqlalchemy import Connection, Table, create_engine, event, func, insert, inspect, select, text
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
@@ -197,6 +197,22 @@ def sqlite_url(data_dir: Path) -> str:
     return f"sqlite+aiosqlite:///{data_dir / 'gateway.db'}"
 
 
+@dataclass(frozen=True)
+class IdempotentResult:
+    """What a side-effect call under an idempotency key left: its result, to replay."""
+
+    result_json: str
+    call_id: str
+    input_sha256: str | None  # None for rows kept before inputs were recorded
+
+
+def _add_missing_columns(conn: Connection) -> None:
+    tables = inspect(conn)
+    for table, column, ddl_type in schema.ADDED_COLUMNS:
+        if column not in {c["name"] for c in tables.get_columns(table)}:
+            conn.execute(text(f"ALTER TABLE {table} ADD COLUMN {column} {ddl_type}"))
+
+
 class Store:
     def __init__(self, url: str, data_dir: Path, *, synchronous: str = "NORMAL") -> None:
         self.url = url
@@ -224,6 +240,7 @@ class Store:
 
         async with engine.begin() as conn:
             await conn.run_sync(schema.metadata.create_all)
+            await conn.run_sync(_add_missing_columns)
         self._engine = engine
         self._writer = _Writer(_sync_url(self.url), self._synchronous if self.is_sqlite else None)
         self._writer.start()
@@ -407,18 +424,20 @@ class Store:
 
     # -- idempotency ------------------------------------------------------------------
 
-    async def idempotent_result(self, task_id: str, tool: str, key: str) -> str | None:
+    async def idempotent_result(self, task_id: str, tool: str, key: str) -> IdempotentResult | None:
         idem = schema.idempotency
-        query = select(idem.c.result).where(
+        query = select(idem.c.result, idem.c.call_id, idem.c.input_sha256).where(
             idem.c.task_id == task_id, idem.c.tool == tool, idem.c.key == key
         )
         async with self.engine.connect() as conn:
             row = (await conn.execute(query)).first()
-        return None if row is None else str(row[0])
+        if row is None:
+            return None
+        return IdempotentResult(result_json=str(row[0]), call_id=str(row[1]), input_sha256=row[2])
 
     @staticmethod
     def idempotency_row(
-        task_id: str, tool: str, key: str, call_id: str, result_json: str
+        task_id: str, tool: str, key: str, call_id: str, result_json: str, input_sha256: str
     ) -> tuple[Any, dict[str, Any]]:
         return (
             schema.idempotency,
@@ -429,6 +448,7 @@ class Store:
                 "call_id": call_id,
                 "result": result_json,
                 "created_at": time.time(),
+                "input_sha256": input_sha256,
             },
         )
 

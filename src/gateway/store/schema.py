@@ -81,4 +81,11 @@ idempotency = Table(
     Column("call_id", String(64), nullable=False),
     Column("result", Text, nullable=False),
     Column("created_at", Float, nullable=False),
+    # sha256 of the validated input the key was first used with; null in rows kept
+    # before it was recorded (those replay whatever the input).
+    Column("input_sha256", String(64), nullable=True),
 )
+
+# Columns added after a table was first shipped: (table, column, its DDL type). A store
+# opened on an older data dir adds them at start; `create_all` only creates missing tables.
+ADDED_COLUMNS = (("idempotency", "input_sha256", "VARCHAR(64)"),)
