@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from gateway.redaction import Redactor
+from gateway.redaction import _CHECKS, _FOLD, Redactor
 from gateway.tokens import Purpose, TokenService
 
 KNOWN_SECRET = "s3cr3t-value-9f8e7d6c5b4a"
@@ -112,3 +113,34 @@ def test_a_host_root_alone_or_with_a_path_is_redacted(text: str, redacted: str) 
 def test_env_secrets_are_known(monkeypatch: Any) -> None:
     monkeypatch.setenv("SOME_SERVICE_TOKEN", "env-secret-xyz-123456")
     assert "env-secret-xyz-123456" not in Redactor().text("value env-secret-xyz-123456 here")
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "Bearer abcdefgh12345678",
+        "basİc QWxhZGRpbjpvcGVu",  # re matches `i` to İ under IGNORECASE
+        "ſecret=value-123",  # and `s` to ſ
+        "password = hunter22",
+        "tokenısh = x",
+        "Set-Cookie: sid=1",
+        "see C:\\Users\\ada\\key.pem",
+        "~/notes.txt",
+        "at /home/ada/x",
+    ],
+)
+def test_text_a_pattern_applies_to_is_never_skipped(text: str) -> None:
+    assert redactor.text(text) != text
+
+
+def test_the_quick_check_folds_every_letter_a_pattern_would_match() -> None:
+    # Any character `re` matches to a letter of a pattern word without IGNORECASE's help
+    # from lower() must be folded by the quick check, or text with it would skip redaction.
+    letters = {c for words, _ in _CHECKS for word in words for c in word if c.isalpha()}
+    for code in range(0x10000):
+        char = chr(code)
+        if 0xD800 <= code <= 0xDFFF or char.isascii():
+            continue
+        for letter in letters:
+            if re.fullmatch(letter, char, re.IGNORECASE):
+                assert letter in char.translate(_FOLD).lower(), (hex(code), letter)

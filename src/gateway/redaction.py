@@ -43,20 +43,42 @@ _PATTERNS = [
 # URL paths that only start like a root (`/runs`, `/optional`, `/data-sets`): the root's
 # name must end its segment. A path also starts after an escaped line break or tab
 # (`\n/home/...` in JSON-escaped text).
+_HOST_ROOTS = (
+    "home", "root", "Users", "tmp", "var", "etc", "opt", "srv", "mnt", "usr", "private", "proc",
+    "run", "work", "data",
+)  # fmt: skip
 _HOST_PATH = re.compile(
-    r"(?:(?<![\w.-])|(?<=\\[nrt]))(?:/(?:home|root|Users|tmp|var|etc|opt|srv|mnt|usr|private|proc|run|work|data)"
+    rf"(?:(?<![\w.-])|(?<=\\[nrt]))(?:/(?:{'|'.join(_HOST_ROOTS)})"
     r"(?![\w-])(?:/[^\s\"'<>|:;,]*)?|[A-Za-z]:\\[^\s\"'<>|]*|~/[^\s\"'<>|]*)"
 )
 _SECRET_ENV = re.compile(r"(?i)(token|secret|password|passwd|key|cookie|credential|auth)")
 
 
-# One pass that finds whether any pattern could apply: most strings (ids, names, plain
-# prose) contain none, and skipping six substitutions for them keeps redaction off the
-# hot path of every call. Case-insensitive on purpose: a superset only costs a full pass.
-_TRIGGER = re.compile(
-    "|".join(f"(?:{p.pattern.removeprefix('(?i)')})" for p in [*_PATTERNS, _HOST_PATH]),
-    re.IGNORECASE,
+# Whether any pattern applies, cheaply: most strings (ids, names, prose, page snapshots)
+# hold no secret, and skipping the substitutions for them keeps redaction off the hot path
+# of every call. A pattern is searched only when its text holds one of the words it cannot
+# match without (tested on the folded, lowercased text: a superset of what the
+# case-insensitive patterns match); substring tests run in C. On a 2 kB page snapshot this
+# takes 0.03 ms; one regex of all the patterns took 0.48 ms when nothing matched.
+_CHECKS: tuple[tuple[tuple[str, ...], re.Pattern[str]], ...] = (
+    (("bearer", "basic", "token"), _PATTERNS[0]),
+    (("cookie",), _PATTERNS[1]),
+    (("eyj",), _PATTERNS[2]),
+    ((), _PATTERNS[3]),  # a signed token has no word of its own: always searched
+    (("token", "secret", "password", "api_key", "apikey", "auth"), _PATTERNS[4]),
+    ((*(f"/{root.lower()}" for root in _HOST_ROOTS), ":\\", "~/"), _HOST_PATH),
 )
+# The letters a case-insensitive pattern matches that lower() does not turn into them
+# (`re` matches `i` to İ and ı, and `s` to ſ): folded first, so no spelling slips past.
+_FOLD = str.maketrans({"İ": "i", "ı": "i", "ſ": "s"})
+
+
+def _may_hold_secret(value: str) -> bool:
+    folded = value.translate(_FOLD).lower()
+    return any(
+        (not words or any(word in folded for word in words)) and pattern.search(value)
+        for words, pattern in _CHECKS
+    )
 
 
 class Redactor:
@@ -80,7 +102,7 @@ class Redactor:
         for secret in self._secrets:
             if secret in value:
                 value = value.replace(secret, REDACTED)
-        if not _TRIGGER.search(value):
+        if not _may_hold_secret(value):
             return value
         for pattern in _PATTERNS:
             value = pattern.sub(REDACTED, value)
