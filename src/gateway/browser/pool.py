@@ -100,7 +100,12 @@ class BrowserPool:
 
     async def start(self) -> None:
         if self._owns:
-            await self.processes.start()
+            try:
+                await self.processes.start()
+            except ToolFailure as exc:
+                # The gateway serves its other doors and tools regardless; browser calls end
+                # `browser_unavailable` (retryable) and each tries to start a browser again.
+                log.error("no task browser for now: %s", exc.message)
         self._unsubscribe = self.processes.on_death(self._process_died)
         self._reaper = asyncio.ensure_future(self._reap_forever())
         self._refill()

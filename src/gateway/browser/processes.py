@@ -2,8 +2,9 @@
 
 Each process is launched with what the origin guard needs: loopback traffic is not exempt
 from a context's proxy (`--proxy-bypass-list=<-loopback>`) and WebRTC may not send UDP
-around it. A process that dies is reported to the listeners (the pool fails its tasks'
-browsers) and relaunched; the other processes and their tasks go on.
+around it. Every browser, launched here or remote, must pass the guard probe before its
+first task (`guard_probe.py`). A process that dies is reported to the listeners (the pool
+fails its tasks' browsers) and relaunched; the other processes and their tasks go on.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from gateway.errors import ToolFailure
 from gateway.results import ErrorCode, ToolStatus
 from gateway.settings import Settings
 
+from .guard_probe import GuardBypassed, probe_guard
 from .memory import command_line, find_browser_pid
 
 log = logging.getLogger(__name__)
@@ -128,7 +130,10 @@ class BrowserProcesses:
                 results = await asyncio.gather(*pending, return_exceptions=True)
                 live = [r for r in results if isinstance(r, BrowserProcess) and r.alive]
                 if not live:
-                    raise browser_unavailable("no browser could be started; retry later")
+                    why = next(
+                        (r.message for r in results if isinstance(r, ToolFailure)), "see the log"
+                    )
+                    raise browser_unavailable(f"no browser could be started ({why}); retry later")
             else:
                 for coro in pending:
                     asyncio.ensure_future(coro).add_done_callback(_quiet)
@@ -160,6 +165,14 @@ class BrowserProcesses:
         except (PlaywrightError, OSError, RuntimeError) as exc:
             log.error("browser %d could not start: %s", index, exc)
             raise browser_unavailable(f"the browser could not start: {exc}") from exc
+        try:
+            await probe_guard(browser)
+        except (GuardBypassed, PlaywrightError) as exc:
+            # Fail closed: a browser the guard cannot see into serves no task.
+            log.error("browser %d is not used: %s", index, exc)
+            with contextlib.suppress(Exception):
+                await browser.close()
+            raise browser_unavailable(f"the browser is not used: {exc}") from exc
         self.launches += 1
         slot = BrowserProcess(index=index, browser=browser, pid=pid, marker=marker)
         browser.on("disconnected", lambda _b: self._died(slot))

@@ -1,0 +1,117 @@
+"""Task browsers from a remote Playwright server (`GATEWAY_BROWSER_WS_ENDPOINT`): one the
+operator launched with the guard's flags serves tasks with the guard intact; one launched
+without them is refused before any task uses it."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import signal
+import sys
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager
+from pathlib import Path
+
+import pytest
+
+from gateway.browser import BrowserPool, install
+from gateway.browser.processes import GUARD_ARGS, TASK_BROWSER_DISABLED_FEATURES
+from gateway.chromium import find_chromium, launch_args
+from gateway.results import ToolStatus
+from gateway.runtime import Gateway
+from tests.browser.conftest import BrowserGateway, Sites, browser_settings
+
+pytestmark = [pytest.mark.browser, pytest.mark.asyncio(loop_scope="session")]
+
+Server = Callable[[list[str]], AbstractAsyncContextManager[str]]
+
+
+@contextlib.asynccontextmanager
+async def playwright_server(
+    tmp_path: Path, args: list[str], env: dict[str, str] | None = None
+) -> AsyncIterator[str]:
+    """`playwright launch-server` in its own process, as an operator runs it; its endpoint."""
+    config = tmp_path / "server.json"
+    config.write_text(
+        json.dumps({"executablePath": find_chromium(), "headless": True, "args": args})
+    )
+    # A session of its own: `python -m playwright` runs the driver as its child, and the
+    # driver, which owns the browser, must get the signal too.
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        *("-m", "playwright", "launch-server", "--browser", "chromium", "--config", str(config)),
+        stdout=asyncio.subprocess.PIPE,
+        start_new_session=True,
+        env={**os.environ, **(env or {})},
+    )
+    try:
+        assert proc.stdout is not None
+        line = await asyncio.wait_for(proc.stdout.readline(), 60)
+        endpoint = line.decode().strip()
+        assert endpoint.startswith("ws://"), endpoint
+        yield endpoint
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            await asyncio.wait_for(proc.wait(), 15)
+        except TimeoutError:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            await proc.wait()
+
+
+@contextlib.asynccontextmanager
+async def gateway_on(tmp_path: Path, sites: Sites, endpoint: str) -> AsyncIterator[BrowserGateway]:
+    gw = Gateway(browser_settings(tmp_path / "gw", browser_ws_endpoint=endpoint))
+    install(gw)
+    await gw.start()
+    try:
+        yield BrowserGateway(gw, sites)
+    finally:
+        await gw.stop()
+
+
+async def test_a_remote_browser_launched_with_the_guard_flags_serves_tasks(
+    tmp_path: Path, sites: Sites
+) -> None:
+    args = launch_args(extra=GUARD_ARGS, disable_features=TASK_BROWSER_DISABLED_FEATURES)
+    async with (
+        playwright_server(tmp_path, args) as endpoint,
+        gateway_on(tmp_path, sites, endpoint) as b,
+    ):
+        task = await b.task()
+        nav = await b.call(task, "browser.navigate", url="/")
+        assert nav.ok, nav
+        assert 'heading "Agents"' in nav.output["snapshot"]
+        escaped = await b.call(task, "browser.navigate", url="/redirect")
+        assert escaped.status is ToolStatus.DENIED
+        assert escaped.error is not None and escaped.error.code == "origin_blocked"
+        session = b.pool.session(task.task_id)
+        assert session is not None and session.process.pid is None  # the remote one
+    assert sites.log.requests == []
+
+
+async def test_a_remote_browser_that_goes_around_the_proxy_is_never_used(
+    tmp_path: Path, sites: Sites
+) -> None:
+    # Launched without --proxy-bypass-list=<-loopback>, by a server whose Playwright does
+    # not add `<-loopback>` to each context's proxy rules (older ones did not; this switch
+    # turns it off in the pinned one): Chromium would reach loopback origins directly, past
+    # every context's proxy.
+    unguarded = {"PLAYWRIGHT_DISABLE_FORCED_CHROMIUM_PROXIED_LOOPBACK": "1"}
+    async with (
+        playwright_server(tmp_path, launch_args(), unguarded) as endpoint,
+        gateway_on(tmp_path, sites, endpoint) as b,
+    ):
+        task = await b.task()
+        refused = await b.call(task, "browser.navigate", url=sites.foreign + "/direct")
+        assert refused.error is not None and refused.error.code == "origin_blocked"
+        nav = await b.call(task, "browser.navigate", url="/")
+        assert nav.status is ToolStatus.UNAVAILABLE
+        assert nav.error is not None and nav.error.code == "browser_unavailable"
+        assert "--proxy-bypass-list=<-loopback>" in nav.error.message
+        assert b.gw.services.get(BrowserPool).live_count() == 0
+    assert sites.log.requests == []
