@@ -3,6 +3,7 @@ and gateways that share that Chromium (each test gets its own gateway and store)
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -78,16 +79,27 @@ class BrowserGateway:
         return [r for r in records if r.get("kind") == kind]
 
 
-@pytest_asyncio.fixture(loop_scope="session")
-async def browsers(
-    tmp_path: Path, sites: Sites, chromium: BrowserProcesses
+@contextlib.asynccontextmanager
+async def browser_gateway(
+    tmp_path: Path, sites: Sites, chromium: BrowserProcesses | None = None, **overrides: Any
 ) -> AsyncIterator[BrowserGateway]:
-    gw = Gateway(browser_settings(tmp_path))
-    gw.services.provide(BrowserProcesses, chromium)
+    """A started gateway with the task browser; on the session's Chromium when given, else
+    with Chromium processes (or a remote server) of its own, as `overrides` say."""
+    gw = Gateway(browser_settings(tmp_path, **overrides))
+    if chromium is not None:
+        gw.services.provide(BrowserProcesses, chromium)
     install(gw)
     await gw.start()
-    sites.log.requests.clear()
     try:
         yield BrowserGateway(gw, sites)
     finally:
         await gw.stop()
+
+
+@pytest_asyncio.fixture(loop_scope="session")
+async def browsers(
+    tmp_path: Path, sites: Sites, chromium: BrowserProcesses
+) -> AsyncIterator[BrowserGateway]:
+    async with browser_gateway(tmp_path, sites, chromium) as b:
+        sites.log.requests.clear()
+        yield b

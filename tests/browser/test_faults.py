@@ -11,10 +11,9 @@ from pathlib import Path
 import pytest
 import pytest_asyncio
 
-from gateway.browser import BrowserPool, install
+from gateway.browser import BrowserPool
 from gateway.results import ToolStatus
-from gateway.runtime import Gateway
-from tests.browser.conftest import BrowserGateway, Sites, browser_settings
+from tests.browser.conftest import BrowserGateway, Sites, browser_gateway
 
 pytestmark = [pytest.mark.browser, pytest.mark.asyncio(loop_scope="session")]
 
@@ -22,13 +21,8 @@ pytestmark = [pytest.mark.browser, pytest.mark.asyncio(loop_scope="session")]
 @pytest_asyncio.fixture(loop_scope="session")
 async def two_browsers(tmp_path: Path, sites: Sites) -> AsyncIterator[BrowserGateway]:
     # Its own two Chromium processes: killing one must not disturb the other tests.
-    gw = Gateway(browser_settings(tmp_path, browser_processes=2))
-    install(gw)
-    await gw.start()
-    try:
-        yield BrowserGateway(gw, sites)
-    finally:
-        await gw.stop()
+    async with browser_gateway(tmp_path, sites, browser_processes=2) as b:
+        yield b
 
 
 async def test_killed_browser_fails_its_task_once_then_recovers(

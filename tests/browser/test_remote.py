@@ -16,12 +16,11 @@ from pathlib import Path
 
 import pytest
 
-from gateway.browser import BrowserPool, install
+from gateway.browser import BrowserPool
 from gateway.browser.processes import GUARD_ARGS, TASK_BROWSER_DISABLED_FEATURES
 from gateway.chromium import find_chromium, launch_args
 from gateway.results import ToolStatus
-from gateway.runtime import Gateway
-from tests.browser.conftest import BrowserGateway, Sites, browser_settings
+from tests.browser.conftest import Sites, browser_gateway
 
 pytestmark = [pytest.mark.browser, pytest.mark.asyncio(loop_scope="session")]
 
@@ -63,24 +62,13 @@ async def playwright_server(
             await proc.wait()
 
 
-@contextlib.asynccontextmanager
-async def gateway_on(tmp_path: Path, sites: Sites, endpoint: str) -> AsyncIterator[BrowserGateway]:
-    gw = Gateway(browser_settings(tmp_path / "gw", browser_ws_endpoint=endpoint))
-    install(gw)
-    await gw.start()
-    try:
-        yield BrowserGateway(gw, sites)
-    finally:
-        await gw.stop()
-
-
 async def test_a_remote_browser_launched_with_the_guard_flags_serves_tasks(
     tmp_path: Path, sites: Sites
 ) -> None:
     args = launch_args(extra=GUARD_ARGS, disable_features=TASK_BROWSER_DISABLED_FEATURES)
     async with (
         playwright_server(tmp_path, args) as endpoint,
-        gateway_on(tmp_path, sites, endpoint) as b,
+        browser_gateway(tmp_path / "gw", sites, browser_ws_endpoint=endpoint) as b,
     ):
         task = await b.task()
         nav = await b.call(task, "browser.navigate", url="/")
@@ -104,7 +92,7 @@ async def test_a_remote_browser_that_goes_around_the_proxy_is_never_used(
     unguarded = {"PLAYWRIGHT_DISABLE_FORCED_CHROMIUM_PROXIED_LOOPBACK": "1"}
     async with (
         playwright_server(tmp_path, launch_args(), unguarded) as endpoint,
-        gateway_on(tmp_path, sites, endpoint) as b,
+        browser_gateway(tmp_path / "gw", sites, browser_ws_endpoint=endpoint) as b,
     ):
         task = await b.task()
         refused = await b.call(task, "browser.navigate", url=sites.foreign + "/direct")

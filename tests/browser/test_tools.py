@@ -20,7 +20,7 @@ from gateway.results import ToolStatus
 from gateway.runtime import Gateway
 from gateway.serving import serving
 from gateway.tokens import Purpose
-from tests.browser.conftest import BrowserGateway, Sites, browser_settings
+from tests.browser.conftest import BrowserGateway, Sites, browser_gateway, browser_settings
 from tests.browser.test_guard import _snapshot_refs
 from tests.conftest import task_body
 
@@ -128,12 +128,8 @@ async def test_ending_the_task_closes_its_context(browsers: BrowserGateway) -> N
 async def test_past_the_bound_a_call_is_unavailable_not_stuck(
     tmp_path: Path, sites: Sites, chromium: BrowserProcesses
 ) -> None:
-    gw = Gateway(browser_settings(tmp_path, max_contexts=2))
-    gw.services.provide(BrowserProcesses, chromium)
-    install(gw)
-    await gw.start()
-    try:
-        b = BrowserGateway(gw, sites)
+    async with browser_gateway(tmp_path, sites, chromium, max_contexts=2) as b:
+        gw = b.gw
         t1, t2, t3 = await b.task(), await b.task(), await b.task()
         assert (await b.call(t1, "browser.navigate", url="/")).ok
         assert (await b.call(t2, "browser.navigate", url="/")).ok
@@ -143,20 +139,16 @@ async def test_past_the_bound_a_call_is_unavailable_not_stuck(
         assert refused.error.code == "browser_unavailable" and refused.error.retryable
         await gw.tasks.end(t1.task_id)
         assert (await b.call(t3, "browser.navigate", url="/")).ok
-    finally:
-        await gw.stop()
 
 
 async def test_warm_stock_hands_each_context_to_one_task(
     tmp_path: Path, sites: Sites, chromium: BrowserProcesses
 ) -> None:
-    gw = Gateway(browser_settings(tmp_path, browser_warm_contexts=2, max_contexts=4))
-    gw.services.provide(BrowserProcesses, chromium)
-    install(gw)
-    await gw.start()
-    try:
+    async with browser_gateway(
+        tmp_path, sites, chromium, browser_warm_contexts=2, max_contexts=4
+    ) as b:
+        gw = b.gw
         pool = gw.services.get(BrowserPool)
-        b = BrowserGateway(gw, sites)
         assert await pool.stocked() == 2
         stocked = {id(s.context) for s in pool._warm}
         t1, t2 = await b.task(), await b.task()
@@ -169,8 +161,6 @@ async def test_warm_stock_hands_each_context_to_one_task(
         await gw.tasks.end(t1.task_id)
         await gw.tasks.end(t2.task_id)
         assert pool.live_count() == 0
-    finally:
-        await gw.stop()
 
 
 async def test_warm_stock_is_refilled_only_when_no_task_browser_is_busy(
@@ -179,13 +169,11 @@ async def test_warm_stock_is_refilled_only_when_no_task_browser_is_busy(
     monkeypatch.setattr(pool_module, "WARM_REFILL_DELAY_S", 0.0)
     # Long enough that the refill cannot slip in between the navigate and the hold below.
     monkeypatch.setattr(pool_module, "WARM_REFILL_QUIET_S", 2.0)
-    gw = Gateway(browser_settings(tmp_path, browser_warm_contexts=1, max_contexts=4))
-    gw.services.provide(BrowserProcesses, chromium)
-    install(gw)
-    await gw.start()
-    try:
+    async with browser_gateway(
+        tmp_path, sites, chromium, browser_warm_contexts=1, max_contexts=4
+    ) as b:
+        gw = b.gw
         pool = gw.services.get(BrowserPool)
-        b = BrowserGateway(gw, sites)
         assert await pool.stocked() == 1
         task = await b.task()
         assert (await b.call(task, "browser.navigate", url="/")).ok
@@ -199,8 +187,6 @@ async def test_warm_stock_is_refilled_only_when_no_task_browser_is_busy(
             assert pool.warm_count() == 0
         assert await pool.stocked() == 1
         assert "gateway_browser_warm_contexts 1.0" in generate_latest(gw.metrics.registry).decode()
-    finally:
-        await gw.stop()
 
 
 async def test_task_route_shows_the_browser_state(
@@ -231,12 +217,10 @@ async def test_task_route_shows_the_browser_state(
 async def test_traces_and_screenshots_are_kept_under_the_task_owner(
     tmp_path: Path, sites: Sites, chromium: BrowserProcesses
 ) -> None:
-    gw = Gateway(browser_settings(tmp_path, browser_trace=True, browser_screenshots=True))
-    gw.services.provide(BrowserProcesses, chromium)
-    install(gw)
-    await gw.start()
-    try:
-        b = BrowserGateway(gw, sites)
+    async with browser_gateway(
+        tmp_path, sites, chromium, browser_trace=True, browser_screenshots=True
+    ) as b:
+        gw = b.gw
         task = await b.task(org="org_t")
         assert (await b.call(task, "browser.navigate", url="/")).ok
         call = (await b.evidence(task, "call"))[0]
@@ -247,20 +231,14 @@ async def test_traces_and_screenshots_are_kept_under_the_task_owner(
         trace = await gw.store.get_artifact(closed["data"]["trace"]["artifact_id"])
         assert trace.task_id == task.task_id and trace.media_type == "application/zip"
         assert (await gw.store.read_artifact(trace)).startswith(b"PK")
-    finally:
-        await gw.stop()
 
 
 async def test_an_idle_context_is_closed_and_the_next_call_gets_a_fresh_one(
     tmp_path: Path, sites: Sites, chromium: BrowserProcesses
 ) -> None:
-    gw = Gateway(browser_settings(tmp_path, browser_idle_s=0.2))
-    gw.services.provide(BrowserProcesses, chromium)
-    install(gw)
-    await gw.start()
-    try:
+    async with browser_gateway(tmp_path, sites, chromium, browser_idle_s=0.2) as b:
+        gw = b.gw
         pool = gw.services.get(BrowserPool)
-        b = BrowserGateway(gw, sites)
         task = await b.task()
         assert (await b.call(task, "browser.navigate", url="/set?who=idle")).ok
         first = pool.session(task.task_id)
@@ -275,8 +253,6 @@ async def test_an_idle_context_is_closed_and_the_next_call_gets_a_fresh_one(
         assert (await b.call(task, "browser.navigate", url="/show")).ok
         assert pool.session(task.task_id) is not first
         assert "cookie=none" in (await b.call(task, "browser.snapshot")).output["snapshot"]
-    finally:
-        await gw.stop()
 
 
 async def test_the_pools_chromium_applies_playwrights_features_and_its_own(
