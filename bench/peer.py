@@ -41,7 +41,7 @@ from typing import Any
 import httpx
 
 from bench.browser import app_process
-from bench.report import summary, write
+from bench.report import cpu_quiet, summary, write
 from gateway.chromium import find_chromium, launch_args
 
 PEER_DIR = Path(__file__).parent / "peer"
@@ -244,30 +244,6 @@ async def timed(fn: Callable[..., Awaitable[Any]], *args: Any) -> tuple[float, A
     t0 = time.perf_counter()
     value = await fn(*args)
     return time.perf_counter() - t0, value
-
-
-def _cpu_busy_idle() -> tuple[int, int]:
-    """The machine's busy and idle CPU time so far, in clock ticks (/proc/stat)."""
-    with open("/proc/stat") as stat:
-        fields = [int(v) for v in stat.readline().split()[1:8]]
-    idle = fields[3] + fields[4]
-    return sum(fields) - idle, idle
-
-
-async def cpu_quiet(
-    *, below: float = 0.15, window_s: float = 0.25, timeout_s: float = 10.0
-) -> None:
-    """Wait until the machine's CPU is mostly idle over one window: a new Chromium renderer
-    keeps initializing for about half a second after its page is made (measured: 0.5 s of
-    CPU time per renderer), and a closed session's processes take a moment to go."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        busy0, idle0 = _cpu_busy_idle()
-        await asyncio.sleep(window_s)
-        busy1, idle1 = _cpu_busy_idle()
-        total = (busy1 - busy0) + (idle1 - idle0)
-        if total > 0 and (busy1 - busy0) / total < below:
-            return
 
 
 async def settle(sides: dict[str, Any]) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import platform
 import statistics
@@ -68,3 +69,27 @@ def _fmt(value: Any) -> str:
     if isinstance(value, float):
         return f"{value:.3g}" if abs(value) < 1000 else f"{value:.0f}"
     return str(value)
+
+
+def _cpu_busy_idle() -> tuple[int, int]:
+    """The machine's busy and idle CPU time so far, in clock ticks (/proc/stat)."""
+    with open("/proc/stat") as stat:
+        fields = [int(v) for v in stat.readline().split()[1:8]]
+    idle = fields[3] + fields[4]
+    return sum(fields) - idle, idle
+
+
+async def cpu_quiet(
+    *, below: float = 0.15, window_s: float = 0.25, timeout_s: float = 10.0
+) -> None:
+    """Wait until the machine's CPU is mostly idle over one window: a new Chromium renderer
+    keeps initializing for about half a second after its page is made (measured: 0.5 s of
+    CPU time per renderer), and a closed session's processes take a moment to go."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        busy0, idle0 = _cpu_busy_idle()
+        await asyncio.sleep(window_s)
+        busy1, idle1 = _cpu_busy_idle()
+        total = (busy1 - busy0) + (idle1 - idle0)
+        if total > 0 and (busy1 - busy0) / total < below:
+            return

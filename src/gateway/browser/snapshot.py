@@ -31,13 +31,9 @@ class Snapshot:
 
 
 def build_snapshot(raw: str, *, seq: int, document: int, max_chars: int) -> Snapshot:
-    refs: set[str] = set()
-
-    def rename(match: re.Match[str]) -> str:
-        refs.add(match.group(1))
-        return f"[ref=s{seq}.{match.group(1)}]"
-
-    text = _PLAYWRIGHT_REF.sub(rename, raw)
+    # A template and findall, not a callback per ref: both passes stay in C.
+    refs = set(_PLAYWRIGHT_REF.findall(raw))
+    text = _PLAYWRIGHT_REF.sub(rf"[ref=s{seq}.\1]", raw)
     truncated = len(text) > max_chars
     if truncated:
         # Cut at a line boundary so no ref is half printed.
