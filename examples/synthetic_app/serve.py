@@ -27,7 +27,7 @@ from examples.synthetic_app.tools import install_product_tools
 from examples.synthetic_app.web import AppConfig, SyntheticApp
 from gateway.app import Extension, build_app, default_extensions
 from gateway.runtime import Gateway
-from gateway.serving import free_port, serving
+from gateway.serving import SERVER_OPTIONS, free_port, serving
 from gateway.settings import Settings
 
 
@@ -156,8 +156,7 @@ async def serve_with_example(settings: Settings) -> None:
                 host=host,
                 port=port,
                 log_level=level,
-                ws_max_size=1024 * 1024,
-                proxy_headers=False,
+                **SERVER_OPTIONS,
             )
         )
         for app, port, level in (

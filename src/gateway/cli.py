@@ -18,6 +18,7 @@ def _serve(args: argparse.Namespace) -> int:
     import uvicorn
 
     from gateway.app import build_app
+    from gateway.serving import SERVER_OPTIONS
 
     overrides: dict[str, object] = {}
     if args.host is not None:
@@ -44,8 +45,7 @@ def _serve(args: argparse.Namespace) -> int:
         host=settings.host,
         port=settings.port,
         log_level="info",
-        ws_max_size=1024 * 1024,
-        proxy_headers=False,
+        **SERVER_OPTIONS,
     )
     return 0
 

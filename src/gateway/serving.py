@@ -14,6 +14,17 @@ from typing import Any
 
 import uvicorn
 
+# How every server here speaks HTTP and websockets (`gateway serve`, the example's servers,
+# the tests' and benches' servers). Websocket frames of at most 1 MiB. No permessage-deflate:
+# tab frames are small JSON, compressing them costs more CPU than it saves bytes, and
+# compressing a tab token together with page-chosen text in one connection's shared window
+# would open a compression side channel. Forwarded headers are not trusted.
+SERVER_OPTIONS: dict[str, Any] = {
+    "ws_max_size": 1024 * 1024,
+    "ws_per_message_deflate": False,
+    "proxy_headers": False,
+}
+
 
 def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
@@ -31,9 +42,7 @@ class _QuietServer(uvicorn.Server):
 
 
 @contextlib.asynccontextmanager
-async def serving(
-    app: Any, *, host: str = "127.0.0.1", port: int = 0, ws_max_size: int = 1024 * 1024
-) -> AsyncIterator[str]:
+async def serving(app: Any, *, host: str = "127.0.0.1", port: int = 0) -> AsyncIterator[str]:
     """Serve `app` until the block ends; yields its base URL (`http://host:port`).
 
     With no port given, the listening socket is bound here and handed to the server, so
@@ -54,8 +63,8 @@ async def serving(
         port=port,
         log_level="warning",
         lifespan="on",
-        ws_max_size=ws_max_size,
         ws_ping_interval=None,
+        **SERVER_OPTIONS,
     )
     server = _QuietServer(config)
     task = asyncio.create_task(server.serve(sockets=sockets))
