@@ -33,6 +33,20 @@ def free_port(host: str = "127.0.0.1") -> int:
         return port
 
 
+def listening_socket(host: str) -> socket.socket:
+    """A bound, listening, non-blocking socket on a free port, ready for uvicorn."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    # Accepted connections inherit it. uvicorn sets it only on sockets it binds itself;
+    # without it every response written in two parts waited for the client's delayed ACK:
+    # 44 ms per request on loopback, where 0.8 ms is what it takes.
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    sock.bind((host, 0))
+    sock.listen(2048)
+    sock.setblocking(False)
+    return sock
+
+
 class _QuietServer(uvicorn.Server):
     """A server that leaves signal handling to its host (a test run, the demo, a bench)."""
 
@@ -50,11 +64,7 @@ async def serving(app: Any, *, host: str = "127.0.0.1", port: int = 0) -> AsyncI
     """
     sockets: list[socket.socket] | None = None
     if not port:
-        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind((host, 0))
-        sock.listen(2048)
-        sock.setblocking(False)
+        sock = listening_socket(host)
         port = sock.getsockname()[1]
         sockets = [sock]
     config = uvicorn.Config(
