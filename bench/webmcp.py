@@ -188,8 +188,8 @@ async def run(rounds: int) -> int:
     w, f, r = (summary([s * MS for s in samples[n]]) for n in ("webmcp", "floor", "reference"))
     ratio = w["p50"] / f["p50"]
     rows = [
-        {"path": "bare websocket echo, page.evaluate (reference, ms)", **r},
-        {"path": "bare websocket echo as a WebMCP tool of the page (floor, ms)", **f},
+        {"path": "reference: bare websocket echo by page.evaluate (ms)", **r},
+        {"path": "floor: bare websocket echo as a WebMCP tool of the page (ms)", **f},
         {"path": "no-op tool through WebMCP and the gateway (ms)", **w},
         {"path": "ratio webmcp/floor", "n": rounds, "p50": ratio, "p99": w["p99"] / f["p99"]},
         {"path": "ratio webmcp/reference", "n": rounds, "p50": w["p50"] / r["p50"]},
