@@ -318,10 +318,11 @@ class BrowserPool:
         return float("inf") if last is None else time.monotonic() - last
 
     async def _until_quiet(self) -> None:
-        waited = 0.0
-        while waited < WARM_REFILL_MAX_WAIT_S and self.quiet_for() < WARM_REFILL_QUIET_S:
+        give_up = time.monotonic() + WARM_REFILL_MAX_WAIT_S
+        while time.monotonic() < give_up:
+            if self.quiet_for() >= WARM_REFILL_QUIET_S:
+                return
             await asyncio.sleep(_QUIET_POLL_S)
-            waited += _QUIET_POLL_S
 
     # -- faults and reaping -----------------------------------------------------------------
 

@@ -183,25 +183,26 @@ class BrowserProcesses:
         return slot
 
     async def _launch_local(self, marker: str) -> tuple[Browser, int | None]:
-        assert self._playwright is not None
-        disabled = list(TASK_BROWSER_DISABLED_FEATURES)
-        extra: list[str] = [*GUARD_ARGS, marker]
-        for attempt in (1, 2):
-            browser = await self._playwright.chromium.launch(
-                executable_path=find_chromium(self.settings.browser_executable),
-                args=launch_args(extra=extra, disable_features=disabled),
-                timeout=LAUNCH_TIMEOUT_S * 1000,
-            )
-            pid = find_browser_pid(marker)
-            dropped = dropped_features(command_line(pid)) if pid is not None else {}
-            if not dropped or attempt == 2:
-                return browser, pid
+        extra = [*GUARD_ARGS, marker]
+        browser, pid = await self._launch_with(extra, marker)
+        dropped = dropped_features(command_line(pid)) if pid is not None else {}
+        if dropped:
             # Playwright switched on or off a feature that our switch of that kind does not
             # repeat (a Playwright other than the pinned one): launch again with the union.
             log.warning("relaunching Chromium to keep Playwright's features: %s", dropped)
             await browser.close()
             extra += [prefix + ",".join(names) for prefix, names in dropped.items()]
-        raise AssertionError("unreachable")
+            browser, pid = await self._launch_with(extra, marker)
+        return browser, pid
+
+    async def _launch_with(self, extra: list[str], marker: str) -> tuple[Browser, int | None]:
+        assert self._playwright is not None
+        browser = await self._playwright.chromium.launch(
+            executable_path=find_chromium(self.settings.browser_executable),
+            args=launch_args(extra=extra, disable_features=TASK_BROWSER_DISABLED_FEATURES),
+            timeout=LAUNCH_TIMEOUT_S * 1000,
+        )
+        return browser, find_browser_pid(marker)
 
     def _died(self, slot: BrowserProcess) -> None:
         if not slot.alive:

@@ -208,8 +208,10 @@ class IdempotentResult:
 
 def _add_missing_columns(conn: Connection) -> None:
     tables = inspect(conn)
-    for table, column, ddl_type in schema.ADDED_COLUMNS:
+    for table, column in schema.ADDED_COLUMNS:
         if column not in {c["name"] for c in tables.get_columns(table)}:
+            # The column's type as the table declares it, in this database's dialect.
+            ddl_type = schema.metadata.tables[table].c[column].type.compile(dialect=conn.dialect)
             conn.execute(text(f"ALTER TABLE {table} ADD COLUMN {column} {ddl_type}"))
 
 

@@ -86,6 +86,6 @@ idempotency = Table(
     Column("input_sha256", String(64), nullable=True),
 )
 
-# Columns added after a table was first shipped: (table, column, its DDL type). A store
-# opened on an older data dir adds them at start; `create_all` only creates missing tables.
-ADDED_COLUMNS = (("idempotency", "input_sha256", "VARCHAR(64)"),)
+# Columns added after their table was first shipped: (table, column). A store opened on an
+# older data dir adds them at start; `create_all` only creates missing tables.
+ADDED_COLUMNS = (("idempotency", "input_sha256"),)
