@@ -16,7 +16,7 @@ $(STAMP): pyproject.toml $(wildcard examples/*/__init__.py)
 setup: $(STAMP) browser
 
 browser:
-	@scripts/ensure-browser
+	@scripts/ensure-browser $(BIN)/python
 
 run: setup
 	$(BIN)/gateway serve

@@ -144,3 +144,63 @@ def test_the_quick_check_folds_every_letter_a_pattern_would_match() -> None:
         for letter in letters:
             if re.fullmatch(letter, char, re.IGNORECASE):
                 assert letter in char.translate(_FOLD).lower(), (hex(code), letter)
+
+
+VENDOR_SECRETS = [
+    "AKIAIOSFODNN7EXAMPLE",
+    "ASIAY34FZKBOKMUTVV7A",
+    "ghp_" + "a1B2c3D4e5" * 4,
+    "gho_" + "Z9y8X7w6V5" * 4,
+    "github_pat_11ABCDEFG0" + "x1_y2Z3w4" * 5,
+    "xoxb-1234567890-0987654321-AbCdEfGhIjKlMnOp",
+    "xoxp-2222222222-3333333333-abcdefabcdef",
+    "sk_live_4eC39HqLyjWDarjtT1zdp7dc",
+    "rk_test_51HabcdEFghIJklMNopQRst",
+]
+
+
+@pytest.mark.parametrize("secret", VENDOR_SECRETS)
+@pytest.mark.parametrize(
+    "template", ["{}", "key={} end", "export X='{}'", '{{"v": "{}"}}', "log line: {}\n"]
+)
+def test_vendor_key_formats_are_removed(secret: str, template: str) -> None:
+    assert secret not in redactor.text(template.format(secret))
+
+
+def test_pem_private_keys_are_removed_whole_even_when_cut() -> None:
+    body = "MIIEowIBAAKCAQEA7bq1" + "abcDEF123+/" * 20
+    pem = f"-----BEGIN RSA PRIVATE KEY-----\n{body}\n-----END RSA PRIVATE KEY-----"
+    text = redactor.text(f"config:\n{pem}\nnext line")
+    assert body[:40] not in text and "next line" in text
+    cut = redactor.text(f"-----BEGIN OPENSSH PRIVATE KEY-----\n{body[:200]}")
+    assert body[:40] not in cut
+
+
+def test_url_userinfo_keeps_the_url_but_not_the_password() -> None:
+    text = redactor.text("clone https://deploy:pa55w0rd-xyz@git.example.com/repo.git now")
+    assert "pa55w0rd-xyz" not in text and "deploy" not in text
+    assert "@git.example.com/repo.git now" in text
+    # An @ in a path is not user info.
+    assert redactor.text("see https://example.com/people/@ada") == (
+        "see https://example.com/people/@ada"
+    )
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        '{"password": "hunter2-xyz", "user": "ada"}',
+        '{"db_password":"hunter2-xyz"}',
+        '{\\"api_key\\": \\"hunter2-xyz\\"}',
+        '{"client_secret" : "hunter2-xyz"}',
+    ],
+)
+def test_secret_keys_in_json_text_lose_their_values(text: str) -> None:
+    out = redactor.text(text)
+    assert "hunter2-xyz" not in out
+    assert "[redacted]" in out
+
+
+def test_json_text_keeps_its_shape_when_a_value_is_removed() -> None:
+    out = redactor.text('{"password": "hunter2-xyz", "user": "ada"}')
+    assert json.loads(out) == {"password": "[redacted]", "user": "ada"}

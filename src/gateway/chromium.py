@@ -79,11 +79,15 @@ def launch_args(
     webmcp: bool = False,
     extra: Iterable[str] = (),
     disable_features: Iterable[str] = (),
+    sandboxed: bool = False,
 ) -> list[str]:
     """Chromium's arguments: ours, `extra`, and one switch of each feature kind at most,
-    which also carries Playwright's features of that kind and any in `extra`."""
+    which also carries Playwright's features of that kind and any in `extra`.
+
+    `sandboxed`: the browser will not run as root (the task browser's jail sees to it), so
+    Chromium keeps its own sandbox; otherwise root gets `--no-sandbox`, which it needs."""
     args = list(BASE_ARGS)
-    if hasattr(os, "geteuid") and os.geteuid() == 0:
+    if not sandboxed and hasattr(os, "geteuid") and os.geteuid() == 0:
         args.append("--no-sandbox")
     enabled = ["WebMCP"] if webmcp else []
     disabled = list(disable_features)

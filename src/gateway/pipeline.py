@@ -24,6 +24,7 @@ from pydantic import BaseModel, ValidationError
 from gateway.errors import GatewayError, StorageError, ToolFailure
 from gateway.identity import TaskIdentity
 from gateway.metrics import Metrics
+from gateway.recording import recorded_input, recorded_output
 from gateway.redaction import Redactor
 from gateway.registry import ProgressFn, Registry, Services, Tool, ToolContext
 from gateway.results import Door, ErrorCode, ToolError, ToolResult, ToolStatus
@@ -63,7 +64,7 @@ class _Call:
     context: ToolContext | None = None
     idempotency_row: tuple[Any, dict[str, Any]] | None = None
 
-    def result(self) -> ToolResult:
+    def result(self, recorded_input: Any = None) -> ToolResult:
         return ToolResult(
             call_id=self.call_id,
             tool=self.tool_name,
@@ -72,6 +73,7 @@ class _Call:
             error=self.error,
             truncated=self.truncated,
             replayed=self.replayed,
+            recorded_input=recorded_input,
         )
 
 
@@ -350,7 +352,9 @@ class Pipeline:
         return bound_output(value, tool.max_output_bytes)
 
     async def _finish(self, call: _Call) -> ToolResult:
-        result = call.result()
+        secrets = call.context.secrets if call.context is not None else ()
+        kept_input = recorded_input(call.input, secrets)
+        result = call.result(kept_input)
         duration = time.perf_counter() - call.t0
         redact = self.redactor.value
         # Identity fields were validated on the server when the task was created; what the
@@ -367,8 +371,8 @@ class Pipeline:
             "door": call.door.value,
             "status": call.status.value,
             "error": redact(error.model_dump(exclude_none=True)) if error else None,
-            "input": redact(call.input),
-            "output": redact(call.output),
+            "input": redact(kept_input),
+            "output": redact(recorded_output(call.output)),
             "truncated": call.truncated,
             "replayed": call.replayed,
             "idempotency_key": redact(call.idempotency_key),

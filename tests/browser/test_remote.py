@@ -1,6 +1,7 @@
-"""Task browsers from a remote Playwright server (`GATEWAY_BROWSER_WS_ENDPOINT`): one the
-operator launched with the guard's flags serves tasks with the guard intact; one launched
-without them is refused before any task uses it."""
+"""Task browsers from a remote Playwright server (`GATEWAY_BROWSER_WS_ENDPOINT`): one whose
+browser runs in the gateway's network jail serves tasks with the guard intact; one outside
+it is refused before any task uses it, even with every guard flag (its pages' WebRTC
+sends UDP wherever they like), and so is one that goes around the proxy."""
 
 from __future__ import annotations
 
@@ -16,11 +17,12 @@ from pathlib import Path
 
 import pytest
 
-from gateway.browser import BrowserPool
+from gateway.browser import BrowserPool, BrowserProcesses
+from gateway.browser.jail import BrowserJail
 from gateway.browser.processes import GUARD_ARGS, TASK_BROWSER_DISABLED_FEATURES
 from gateway.chromium import find_chromium, launch_args
 from gateway.results import ToolStatus
-from tests.browser.conftest import Sites, browser_gateway
+from tests.browser.conftest import Sites, browser_gateway, browser_settings
 
 pytestmark = [pytest.mark.browser, pytest.mark.asyncio(loop_scope="session")]
 
@@ -29,13 +31,20 @@ Server = Callable[[list[str]], AbstractAsyncContextManager[str]]
 
 @contextlib.asynccontextmanager
 async def playwright_server(
-    tmp_path: Path, args: list[str], env: dict[str, str] | None = None
+    tmp_path: Path,
+    args: list[str],
+    env: dict[str, str] | None = None,
+    *,
+    jail: BrowserJail | None = None,
 ) -> AsyncIterator[str]:
-    """`playwright launch-server` in its own process, as an operator runs it; its endpoint."""
+    """`playwright launch-server` in its own process, as an operator runs it; its endpoint.
+    With `jail`, its browser runs in that network jail, as the gateway's own do."""
     config = tmp_path / "server.json"
-    config.write_text(
-        json.dumps({"executablePath": find_chromium(), "headless": True, "args": args})
-    )
+    options: dict[str, object] = {"executablePath": find_chromium(), "headless": True}
+    if jail is not None:
+        options.update(executablePath=jail.launcher, chromiumSandbox=True)
+        env = {**(env or {}), **jail.environment(find_chromium())}
+    config.write_text(json.dumps({**options, "args": args}))
     # A session of its own: `python -m playwright` runs the driver as its child, and the
     # driver, which owns the browser, must get the signal too.
     proc = await asyncio.create_subprocess_exec(
@@ -62,14 +71,32 @@ async def playwright_server(
             await proc.wait()
 
 
-async def test_a_remote_browser_launched_with_the_guard_flags_serves_tasks(
+async def test_a_remote_browser_in_the_network_jail_serves_tasks(
     tmp_path: Path, sites: Sites
 ) -> None:
-    args = launch_args(extra=GUARD_ARGS, disable_features=TASK_BROWSER_DISABLED_FEATURES)
-    async with (
-        playwright_server(tmp_path, args) as endpoint,
-        browser_gateway(tmp_path / "gw", sites, browser_ws_endpoint=endpoint) as b,
-    ):
+    jail = BrowserJail()
+    await jail.start()
+    args = launch_args(
+        extra=GUARD_ARGS, disable_features=TASK_BROWSER_DISABLED_FEATURES, sandboxed=True
+    )
+    settings = browser_settings(tmp_path / "gw", browser_ws_endpoint="ws://set-below")
+    try:
+        async with playwright_server(tmp_path, args, jail=jail) as endpoint:
+            settings.browser_ws_endpoint = endpoint
+            processes = BrowserProcesses(settings, jail=jail)
+            try:
+                await _serves_tasks_with_the_guard(tmp_path, sites, processes)
+            finally:
+                await processes.close()
+    finally:
+        await jail.close()
+    assert sites.log.requests == []
+
+
+async def _serves_tasks_with_the_guard(
+    tmp_path: Path, sites: Sites, processes: BrowserProcesses
+) -> None:
+    async with browser_gateway(tmp_path / "gw", sites, processes) as b:
         task = await b.task()
         nav = await b.call(task, "browser.navigate", url="/")
         assert nav.ok, nav
@@ -79,10 +106,28 @@ async def test_a_remote_browser_launched_with_the_guard_flags_serves_tasks(
         assert escaped.error is not None and escaped.error.code == "origin_blocked"
         session = b.pool.session(task.task_id)
         assert session is not None and session.process.pid is None  # the remote one
+
+
+async def test_a_remote_browser_outside_the_jail_is_never_used(
+    tmp_path: Path, sites: Sites
+) -> None:
+    # Every guard flag, but the browser shares the host's network: the guard probe's
+    # request does not arrive through a jail, and its WebRTC would reach any UDP port.
+    args = launch_args(extra=GUARD_ARGS, disable_features=TASK_BROWSER_DISABLED_FEATURES)
+    async with (
+        playwright_server(tmp_path, args) as endpoint,
+        browser_gateway(tmp_path / "gw", sites, browser_ws_endpoint=endpoint) as b,
+    ):
+        task = await b.task()
+        nav = await b.call(task, "browser.navigate", url="/")
+        assert nav.status is ToolStatus.UNAVAILABLE
+        assert nav.error is not None and nav.error.code == "browser_unavailable"
+        assert "network jail" in nav.error.message
+        assert b.gw.services.get(BrowserPool).live_count() == 0
     assert sites.log.requests == []
 
 
-async def test_a_remote_browser_that_goes_around_the_proxy_is_never_used(
+async def test_with_the_jail_off_a_browser_that_goes_around_the_proxy_is_never_used(
     tmp_path: Path, sites: Sites
 ) -> None:
     # Launched without --proxy-bypass-list=<-loopback>, by a server whose Playwright does
@@ -92,7 +137,9 @@ async def test_a_remote_browser_that_goes_around_the_proxy_is_never_used(
     unguarded = {"PLAYWRIGHT_DISABLE_FORCED_CHROMIUM_PROXIED_LOOPBACK": "1"}
     async with (
         playwright_server(tmp_path, launch_args(), unguarded) as endpoint,
-        browser_gateway(tmp_path / "gw", sites, browser_ws_endpoint=endpoint) as b,
+        browser_gateway(
+            tmp_path / "gw", sites, browser_ws_endpoint=endpoint, browser_network_jail=False
+        ) as b,
     ):
         task = await b.task()
         refused = await b.call(task, "browser.navigate", url=sites.foreign + "/direct")

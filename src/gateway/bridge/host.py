@@ -110,7 +110,10 @@ class ParentToolHost:
             idempotency_key=request.request_id if tool.side_effects else None,
         )
         result = self._from_tool_result(request, outcome)
-        return 200, await self._finish(identity, token, request.wire(), result, outcome.call_id)
+        # The transcript keeps the input as the call's evidence does: no secret typed into
+        # a password field, no second copy of a large file.
+        recorded = {**request.wire(), "input": outcome.recorded_input}
+        return 200, await self._finish(identity, token, recorded, result, outcome.call_id)
 
     def _authorize(self, identity: TaskIdentity, request: ParentToolRequest) -> None:
         session = request.sandbox_session

@@ -1,15 +1,17 @@
-"""Before a Chromium serves any task: does it send loopback traffic through a context's proxy?
+"""Before a Chromium serves any task: can its pages reach anything but the guard?
 
-The origin guard is each context's proxy, and Chromium exempts loopback hosts from proxies
-unless told otherwise: by `--proxy-bypass-list=<-loopback>` at launch, or by `<-loopback>`
-in a context's own proxy rules, which Playwright 1.65 adds (unless
-`PLAYWRIGHT_DISABLE_FORCED_CHROMIUM_PROXIED_LOOPBACK` is set; older ones did not). The pool
-launches its own Chromium with the switch, but a remote Playwright server
-(`GATEWAY_BROWSER_WS_ENDPOINT`) launches its own browser with its own Playwright, and
-nothing else would notice one that goes around the proxy: a task's pages would then reach
-every loopback port with no check at all. So each browser is asked once,
-before its first task, to open a loopback URL in a context whose proxy allows nothing; the
-proxy must see that request. A browser that does not send it there is never used.
+Two questions, asked once per browser before its first task, from a page of a context
+whose guard allows nothing:
+
+1. Does a loopback HTTP request go through the context's proxy? Chromium exempts loopback
+   hosts from proxies unless told otherwise (`--proxy-bypass-list=<-loopback>`, or
+   `<-loopback>` in the context's proxy rules, which Playwright 1.65 adds). A jailed
+   browser's proxy is its jail's guard socket, so the request also proves the browser is
+   inside a jail that reported to this gateway: a remote browser is used only from there.
+2. Does a WebRTC STUN request reach a UDP listener on the gateway's loopback? UDP never
+   goes through a proxy; only the jail's network namespace stops it.
+
+A browser that fails either is never used.
 """
 
 from __future__ import annotations
@@ -18,21 +20,50 @@ import asyncio
 import contextlib
 import socket
 
-from playwright.async_api import Browser, BrowserContext
+from playwright.async_api import Browser, BrowserContext, Page
 from playwright.async_api import Error as PlaywrightError
 
 from .guard_proxy import BlockedRequest, OriginProxy
+from .jail import BrowserJail
 
 PROBE_PATH = "/gateway-guard-probe"
 PROBE_TIMEOUT_MS = 10_000
+# How long the UDP listener waits for a STUN request after the page has gathered its
+# candidates (a leaking browser sends its first one at once).
+UDP_GRACE_S = 0.3
+
+_STUN_ATTEMPT = """async (server) => {
+  const pc = new RTCPeerConnection({iceServers: [{urls: server}]});
+  try {
+    pc.createDataChannel("probe");
+    await pc.setLocalDescription(await pc.createOffer());
+    await new Promise((done) => {
+      if (pc.iceGatheringState === "complete") return done();
+      pc.addEventListener("icegatheringstatechange", () => {
+        if (pc.iceGatheringState === "complete") done();
+      });
+      setTimeout(done, 2000);
+    });
+  } finally {
+    pc.close();
+  }
+}"""
 
 
 class GuardBypassed(RuntimeError):
-    """The browser reached loopback around its context's proxy."""
+    """The browser reached something around its context's guard."""
 
 
-async def probe_guard(browser: Browser) -> None:
-    """Raise `GuardBypassed` unless the browser's loopback traffic goes through the proxy."""
+class _Datagrams(asyncio.DatagramProtocol):
+    def __init__(self) -> None:
+        self.received = 0
+
+    def datagram_received(self, data: bytes, addr: tuple[str, int]) -> None:
+        self.received += 1
+
+
+async def probe_guard(browser: Browser, jail: BrowserJail | None, pid: int | None) -> None:
+    """Raise `GuardBypassed` unless HTTP goes through the guard and UDP goes nowhere."""
     seen = asyncio.Event()
     # A loopback port held but not listening: a browser going around the proxy is refused
     # there, and nothing else can take the port meanwhile. (Well-known idle ports such as
@@ -46,7 +77,7 @@ async def probe_guard(browser: Browser) -> None:
                 seen.set()
 
         proxy = OriginProxy(blocked)  # allows no origin: the probe is refused, not forwarded
-        await proxy.start()
+        await proxy.start(jail, pid)
         context: BrowserContext | None = None
         try:
             context = await browser.new_context(proxy={"server": proxy.url})
@@ -54,15 +85,37 @@ async def probe_guard(browser: Browser) -> None:
             # Refused with a 204, the navigation is aborted: an error here is the usual end.
             with contextlib.suppress(PlaywrightError):
                 await page.goto(url, timeout=PROBE_TIMEOUT_MS, wait_until="commit")
+            if not seen.is_set():
+                raise GuardBypassed(
+                    "the browser does not send its requests through the task's guard"
+                    + (
+                        " socket in the gateway's network jail (a remote browser must run in it)"
+                        if jail is not None
+                        else "; launch Chromium with --proxy-bypass-list=<-loopback>"
+                    )
+                )
+            if jail is not None:
+                await _udp_stays_in(page)
         finally:
             if context is not None:
                 with contextlib.suppress(PlaywrightError):
                     await context.close()
             await proxy.close()
-    if not seen.is_set():
+
+
+async def _udp_stays_in(page: Page) -> None:
+    loop = asyncio.get_running_loop()
+    transport, listener = await loop.create_datagram_endpoint(
+        _Datagrams, local_addr=("127.0.0.1", 0)
+    )
+    try:
+        port = transport.get_extra_info("sockname")[1]
+        await page.evaluate(_STUN_ATTEMPT, f"stun:127.0.0.1:{port}")
+        await asyncio.sleep(UDP_GRACE_S)
+    finally:
+        transport.close()
+    if listener.received:
         raise GuardBypassed(
-            "the browser does not send loopback traffic through the task's proxy, so the "
-            "origin guard would not see it; launch Chromium with "
-            "--proxy-bypass-list=<-loopback> (and "
-            "--force-webrtc-ip-handling-policy=disable_non_proxied_udp)"
+            f"a page's WebRTC sent {listener.received} UDP datagrams to the gateway's "
+            "loopback: the browser is not in a network jail"
         )

@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -23,12 +24,15 @@ from urllib.parse import urlsplit
 
 from gateway.origins import OriginError, origin_of
 
+from .jail import GUARD_PORT, BrowserJail
+
 log = logging.getLogger(__name__)
 
 MAX_HEAD_BYTES = 64 * 1024
 HEAD_TIMEOUT_S = 30.0
 CONNECT_TIMEOUT_S = 10.0
 _CHUNK = 64 * 1024
+_METHOD = re.compile(r"^[A-Z]{1,16}$")
 _HOP_BY_HOP = frozenset(
     {
         "connection",
@@ -100,6 +104,8 @@ class OriginProxy:
         self._allowed: frozenset[str] = frozenset()
         self._authorities: frozenset[tuple[str, int]] = frozenset()
         self._server: asyncio.Server | None = None
+        self._jailed: tuple[BrowserJail, str] | None = None
+        self._url: str | None = None
         self._handlers: set[asyncio.Task[None]] = set()
         self.forwarded = 0
         self.blocked = 0
@@ -113,17 +119,32 @@ class OriginProxy:
         self._allowed = frozenset(origins)
         self._authorities = frozenset(authority_of(o) for o in origins)
 
-    async def start(self) -> str:
-        self._server = await asyncio.start_server(self._accept, self._host, 0, limit=MAX_HEAD_BYTES)
-        return self.url
+    async def start(self, jail: BrowserJail | None = None, pid: int | None = None) -> str:
+        """Listen on a port of the gateway's loopback, or, for a jailed browser, on a
+        loopback address of its own in the jail of browser `pid` (None: any jail)."""
+        if jail is not None:
+            address = jail.route(self._accept, pid)
+            self._jailed = (jail, address)
+            self._url = f"http://{address}:{GUARD_PORT}"
+        else:
+            self._server = await asyncio.start_server(
+                self._accept, self._host, 0, limit=MAX_HEAD_BYTES
+            )
+            port = self._server.sockets[0].getsockname()[1]
+            self._url = f"http://{self._host}:{port}"
+        return self._url
 
     @property
     def url(self) -> str:
-        assert self._server is not None, "the proxy is not started"
-        port = self._server.sockets[0].getsockname()[1]
-        return f"http://{self._host}:{port}"
+        """The proxy as the browser's context names it."""
+        assert self._url is not None, "the proxy is not started"
+        return self._url
 
     async def close(self) -> None:
+        if self._jailed is not None:
+            jail, address = self._jailed
+            jail.unroute(address)
+            self._jailed = None
         if self._server is not None:
             self._server.close()
         for task in list(self._handlers):
@@ -163,10 +184,15 @@ class OriginProxy:
             return
         request_line, headers, raw_headers = _parse_head(head)
         parts = request_line.split(" ")
-        if len(parts) != 3 or not parts[2].startswith("HTTP/1."):
+        if len(parts) != 3 or parts[2] not in ("HTTP/1.0", "HTTP/1.1"):
             await _answer(writer, 400, "Bad Request")
             return
         method, target, _version = parts
+        if not _METHOD.match(method):
+            # Not an HTTP request at all: a WebRTC or TURN client's binary framing that
+            # reached the guard's port. Nothing of it is forwarded or recorded as a page's.
+            await _answer(writer, 400, "Bad Request")
+            return
         if method == "CONNECT":
             await self._tunnel(target, reader, writer)
         else:

@@ -1,9 +1,11 @@
 """The pool's Chromium processes: launched here through Playwright, or a remote server.
 
-Each process is launched with what the origin guard needs: loopback traffic is not exempt
-from a context's proxy (`--proxy-bypass-list=<-loopback>`) and WebRTC may not send UDP
-around it. Every browser, launched here or remote, must pass the guard probe before its
-first task (`guard_probe.py`). A process that dies is reported to the listeners (the pool
+Each process is launched in the network jail (`jail.py`): its own network namespace, where
+the only destination is the guard, as an unprivileged user with Chromium's own sandbox on.
+The flags stay as a second line: loopback traffic is not exempt from a context's proxy
+(`--proxy-bypass-list=<-loopback>`) and WebRTC may not send UDP around it. Every browser,
+launched here or remote, must pass the guard probe before its first task
+(`guard_probe.py`). A process that dies is reported to the listeners (the pool
 fails its tasks' browsers) and relaunched; the other processes and their tasks go on.
 """
 
@@ -12,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import secrets
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -25,6 +28,7 @@ from gateway.results import ErrorCode, ToolStatus
 from gateway.settings import Settings
 
 from .guard_probe import GuardBypassed, probe_guard
+from .jail import BrowserJail, JailUnavailable, network_namespace
 from .memory import command_line, find_browser_pid
 
 log = logging.getLogger(__name__)
@@ -57,6 +61,9 @@ class BrowserProcess:
     browser: Browser
     pid: int | None  # None for a remote browser
     marker: str
+    # The jail whose guard socket this browser's contexts use (None: the browser reaches
+    # the gateway's loopback, where each context's proxy listens on a port of its own).
+    jail: BrowserJail | None = None
     contexts: int = 0
     alive: bool = True
     died: asyncio.Event = field(default_factory=asyncio.Event)
@@ -66,9 +73,16 @@ DeathListener = Callable[[BrowserProcess], None]
 
 
 class BrowserProcesses:
-    def __init__(self, settings: Settings, *, count: int | None = None) -> None:
+    def __init__(
+        self, settings: Settings, *, count: int | None = None, jail: BrowserJail | None = None
+    ) -> None:
         self.settings = settings
         self.count = count or settings.browser_processes
+        # The jail every browser of this pool runs in (a test may share one with a remote
+        # server it launches itself); None when the setting turns the jail off.
+        if jail is None and settings.browser_network_jail:
+            jail = BrowserJail(settings.browser_user)
+        self.jail = jail
         self._playwright: Playwright | None = None
         self._slots: list[BrowserProcess | None] = [None] * self.count
         self._launching: dict[int, asyncio.Task[BrowserProcess]] = {}
@@ -97,6 +111,8 @@ class BrowserProcesses:
         async with self._driver_lock:
             if self._playwright is None:
                 self._closing = False
+                if self.jail is not None:
+                    await self.jail.start()
                 self._playwright = await async_playwright().start()
             return self._playwright
 
@@ -114,6 +130,8 @@ class BrowserProcesses:
             with contextlib.suppress(Exception):
                 await self._playwright.stop()
             self._playwright = None
+        if self.jail is not None:
+            await self.jail.close()
 
     async def pick(self) -> BrowserProcess:
         """The live process with the fewest contexts, relaunching dead ones first."""
@@ -166,15 +184,18 @@ class BrowserProcesses:
             log.error("browser %d could not start: %s", index, exc)
             raise browser_unavailable(f"the browser could not start: {exc}") from exc
         try:
-            await probe_guard(browser)
-        except (GuardBypassed, PlaywrightError) as exc:
+            if self.jail is not None and not self.remote:
+                await self._check_jailed(pid)
+            # A remote browser is usable only from inside a jail that reported here.
+            await probe_guard(browser, self.jail, pid)
+        except (GuardBypassed, JailUnavailable, PlaywrightError) as exc:
             # Fail closed: a browser the guard cannot see into serves no task.
             log.error("browser %d is not used: %s", index, exc)
             with contextlib.suppress(Exception):
                 await browser.close()
             raise browser_unavailable(f"the browser is not used: {exc}") from exc
         self.launches += 1
-        slot = BrowserProcess(index=index, browser=browser, pid=pid, marker=marker)
+        slot = BrowserProcess(index=index, browser=browser, pid=pid, marker=marker, jail=self.jail)
         browser.on("disconnected", lambda _b: self._died(slot))
         if self._closing:
             await browser.close()
@@ -197,18 +218,42 @@ class BrowserProcesses:
 
     async def _launch_with(self, extra: list[str], marker: str) -> tuple[Browser, int | None]:
         assert self._playwright is not None
-        browser = await self._playwright.chromium.launch(
-            executable_path=find_chromium(self.settings.browser_executable),
-            args=launch_args(extra=extra, disable_features=TASK_BROWSER_DISABLED_FEATURES),
-            timeout=LAUNCH_TIMEOUT_S * 1000,
+        executable = find_chromium(self.settings.browser_executable)
+        args = launch_args(
+            extra=extra,
+            disable_features=TASK_BROWSER_DISABLED_FEATURES,
+            sandboxed=self.jail is not None,
         )
+        if self.jail is None:
+            browser = await self._playwright.chromium.launch(
+                executable_path=executable, args=args, timeout=LAUNCH_TIMEOUT_S * 1000
+            )
+        else:
+            browser = await self._playwright.chromium.launch(
+                executable_path=self.jail.launcher,
+                args=args,
+                env={**os.environ, **self.jail.environment(executable)},
+                chromium_sandbox=True,
+                timeout=LAUNCH_TIMEOUT_S * 1000,
+            )
         return browser, find_browser_pid(marker)
+
+    async def _check_jailed(self, pid: int | None) -> None:
+        """The launched browser reported in from its jail, and its network is not ours."""
+        assert self.jail is not None
+        if pid is None or not await self.jail.registered(pid):
+            raise JailUnavailable("the browser's network jail did not report in")
+        ours, its = network_namespace("self"), network_namespace(pid)
+        if ours is None or its is None or ours == its:
+            raise JailUnavailable("the browser runs in the gateway's own network namespace")
 
     def _died(self, slot: BrowserProcess) -> None:
         if not slot.alive:
             return
         slot.alive = False
         slot.died.set()
+        if slot.jail is not None and slot.pid is not None:
+            slot.jail.forget(slot.pid)
         if self._closing:
             return
         log.warning("browser %d (pid %s) is gone; relaunching", slot.index, slot.pid)

@@ -36,7 +36,7 @@ from gateway.store.database import ArtifactRef
 from .guard_proxy import BlockedRequest, OriginProxy
 from .policy import BLANK, page_url_allowed
 from .processes import BrowserProcess, browser_unavailable
-from .snapshot import Snapshot, build_snapshot
+from .snapshot import PRIVATE_FIELD_VALUES, Snapshot, build_snapshot, mask_secrets
 
 log = logging.getLogger(__name__)
 
@@ -95,6 +95,8 @@ class BrowserSession:
         self.document = 0  # bumped on each new main-frame document: refs of older ones are stale
         self.latest: Snapshot | None = None
         self.blocked_total = 0
+        # Values the caller typed as secrets: no snapshot of this context shows them.
+        self.typed_secrets: set[str] = set()
         self.lock = asyncio.Lock()
         self._seq = 0
         self._pending: list[Violation] = []
@@ -119,7 +121,7 @@ class BrowserSession:
                 holder[0]._proxy_blocked(request)
 
         proxy = OriginProxy(blocked)
-        await proxy.start()
+        await proxy.start(process.jail, process.pid)
         context: BrowserContext | None = None
         try:
             context = await process.browser.new_context(
@@ -359,6 +361,8 @@ class BrowserSession:
     ) -> Snapshot:
         document = self.document
         raw = await page.aria_snapshot(mode="ai", timeout=timeout_ms)
+        if _TEXTBOX_WITH_VALUE in raw:
+            raw = mask_secrets(raw, self.typed_secrets | await _secret_values(page))
         self._seq += 1
         # A navigation during the capture leaves the snapshot's refs stale from the start.
         snap = build_snapshot(
@@ -402,6 +406,21 @@ class BrowserSession:
         except Exception as exc:
             log.warning("the trace of task %s could not be kept: %r", identity.task_id, exc)
             return None
+
+
+# Snapshots without a filled text box (most) skip the look for secret fields.
+_TEXTBOX_WITH_VALUE = "]: "
+
+
+async def _secret_values(page: Page) -> set[str]:
+    """The values of the password fields of every frame of the page."""
+    values: set[str] = set()
+    for found in await asyncio.gather(
+        *(frame.evaluate(PRIVATE_FIELD_VALUES) for frame in page.frames), return_exceptions=True
+    ):
+        if isinstance(found, list):
+            values.update(v for v in found if isinstance(v, str))
+    return values
 
 
 def _log_failure(future: asyncio.Future[Any]) -> None:

@@ -15,6 +15,21 @@ from gateway.errors import ToolFailure
 from gateway.results import ErrorCode, ToolStatus
 
 _PLAYWRIGHT_REF = re.compile(r"\[ref=([a-z0-9]{1,32})\]")
+# A text box's line with its value: `- textbox "Password" [active] [ref=e3]: hunter2`.
+_TEXTBOX_VALUE = re.compile(
+    r'^(\s*- textbox(?: "(?:[^"\\\n]|\\.)*")?(?: \[[^\]\n]*\])*): (.+)$', re.M
+)
+MASKED_VALUE = "[secret]"
+
+# Whether an element holds a secret: a password field, or one the page says takes a
+# password (autocomplete current-password / new-password / one-time-code).
+PRIVATE_FIELD_CHECK = """(e) => e instanceof HTMLInputElement && (e.type === "password"
+  || /(^|\\s)(current-password|new-password|one-time-code)(\\s|$)/.test(e.autocomplete || ""))"""
+# The values of every such field of a document, for masking them in its snapshot.
+PRIVATE_FIELD_VALUES = (
+    "() => Array.from(document.querySelectorAll('input'))"
+    f".filter({PRIVATE_FIELD_CHECK}).map((e) => e.value).filter(Boolean)"
+)
 REF_PATTERN = r"^s[0-9]{1,9}\.[a-z0-9]{1,32}$"
 _REF = re.compile(REF_PATTERN)
 
@@ -44,6 +59,22 @@ def build_snapshot(raw: str, *, seq: int, document: int, max_chars: int) -> Snap
     return Snapshot(
         seq=seq, document=document, refs=frozenset(refs), text=text, truncated=truncated
     )
+
+
+def mask_secrets(raw: str, values: set[str]) -> str:
+    """The snapshot with the value of every text box holding one of `values` masked
+    (Playwright prints a password field's value like any other)."""
+    if not values:
+        return raw
+
+    def mask(match: re.Match[str]) -> str:
+        shown = match.group(2)
+        plain = shown[1:-1] if len(shown) > 1 and shown[0] == shown[-1] == '"' else shown
+        if shown in values or plain in values:
+            return f"{match.group(1)}: {MASKED_VALUE}"
+        return match.group(0)
+
+    return _TEXTBOX_VALUE.sub(mask, raw)
 
 
 def resolve_ref(ref: str, latest: Snapshot | None, document: int) -> str:

@@ -20,7 +20,7 @@ from gateway.settings import Settings
 from .policy import resolve_target
 from .pool import BrowserPool
 from .session import BrowserSession
-from .snapshot import REF_PATTERN, Snapshot, resolve_ref
+from .snapshot import PRIVATE_FIELD_CHECK, REF_PATTERN, Snapshot, resolve_ref
 
 SCOPE = "browser"
 # Generous: on a loaded machine a renderer can take seconds to answer; the tool's own
@@ -61,6 +61,11 @@ class ClickInput(_Input):
 class FillInput(_Input):
     ref: str = Field(pattern=REF_PATTERN, description="An element ref from browser.snapshot.")
     value: str = Field(max_length=10_000)
+    secret: bool = Field(
+        default=False,
+        description="The value is a secret: evidence keeps only its length. A password "
+        "field is always treated so.",
+    )
 
 
 class PressInput(_Input):
@@ -175,9 +180,17 @@ async def click(ctx: ToolContext, args: ClickInput) -> dict[str, Any]:
 
 async def fill(ctx: ToolContext, args: FillInput) -> dict[str, Any]:
     session = await _session(ctx)
+    if args.secret:
+        ctx.secret("value")
+        # Its text box shows the value in later snapshots: masked there too.
+        session.typed_secrets.add(args.value)
 
     async def act(page: Page) -> dict[str, Any]:
-        await _locator(session, page, args.ref).fill(args.value, timeout=ACTION_TIMEOUT_MS)
+        target = _locator(session, page, args.ref)
+        private = await target.evaluate(PRIVATE_FIELD_CHECK, timeout=ACTION_TIMEOUT_MS)
+        if private:
+            ctx.secret("value")
+        await target.fill(args.value, timeout=ACTION_TIMEOUT_MS)
         return {"filled": args.ref}
 
     return await _acted(ctx, session, act)

@@ -17,7 +17,6 @@ import asyncio
 import contextlib
 import hashlib
 import json
-import os
 import queue
 import secrets
 import threading
@@ -27,12 +26,24 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Connection, Table, create_engine, event, func, insert, inspect, select, text
+from sqlalchemy import (
+    Connection,
+    Table,
+    create_engine,
+    event,
+    func,
+    insert,
+    inspect,
+    make_url,
+    select,
+    text,
+)
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from gateway.errors import NotFound, StorageError
 from gateway.identity import TaskIdentity
+from gateway.private_files import private_dir, private_file, write_private
 from gateway.store import schema
 
 
@@ -234,10 +245,14 @@ class Store:
         return self.url.startswith("sqlite")
 
     async def start(self) -> None:
-        self.data_dir.mkdir(parents=True, exist_ok=True)
-        (self.data_dir / "artifacts").mkdir(exist_ok=True)
+        private_dir(self.data_dir)
+        private_dir(self.data_dir / "artifacts")
         engine = create_async_engine(self.url)
         if self.is_sqlite:
+            # SQLite gives its -wal and -shm files the database file's mode.
+            for path in _sqlite_files(self.url):
+                if path.exists() or path.name.endswith(".db"):
+                    private_file(path)
             event.listen(engine.sync_engine, "connect", _sqlite_pragmas(self._synchronous))
 
         async with engine.begin() as conn:
@@ -462,7 +477,7 @@ class Store:
         artifact_id = new_id("art")
         rel = Path("artifacts") / identity.org_id / identity.task_id / artifact_id
         path = self.data_dir / rel
-        await asyncio.to_thread(_write_file, path, data)
+        await asyncio.to_thread(write_private, path, data)
         ref = ArtifactRef(
             id=artifact_id,
             task_id=identity.task_id,
@@ -517,11 +532,10 @@ class Store:
         return data
 
 
-def _write_file(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    with open(tmp, "wb") as fh:
-        fh.write(data)
-        fh.flush()
-        os.fsync(fh.fileno())
-    tmp.replace(path)
+def _sqlite_files(url: str) -> list[Path]:
+    """The database file of a SQLite URL, and its write-ahead log and shared memory."""
+    database = make_url(url).database
+    if not database or database == ":memory:":
+        return []
+    path = Path(database)
+    return [path, path.with_name(path.name + "-wal"), path.with_name(path.name + "-shm")]

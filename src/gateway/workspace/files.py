@@ -96,7 +96,7 @@ def _replace_file(dir_fd: int, name: str, data: bytes, display: str) -> bool:
     fd = os.open(
         tmp,
         os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
-        0o644,
+        0o600,
         dir_fd=dir_fd,
     )
     try:

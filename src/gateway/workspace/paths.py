@@ -24,6 +24,7 @@ from pathlib import Path
 
 from gateway.errors import ToolFailure
 from gateway.identity import TaskIdentity
+from gateway.private_files import private_dir
 from gateway.results import ErrorCode, ToolStatus
 
 MAX_PATH_CHARS = 1024
@@ -81,7 +82,8 @@ class Workspace:
         self.root = root
 
     def ensure(self) -> None:
-        self.root.mkdir(parents=True, exist_ok=True, mode=0o700)
+        if not self.root.is_dir():
+            private_dir(self.root)
 
     @contextlib.contextmanager
     def _root_fd(self) -> Iterator[int]:
@@ -112,7 +114,7 @@ class Workspace:
             if not create:
                 raise not_found(part) from None
             with contextlib.suppress(FileExistsError):
-                os.mkdir(part, 0o755, dir_fd=fd)
+                os.mkdir(part, 0o700, dir_fd=fd)
             try:
                 child = os.open(part, _DIR_FLAGS, dir_fd=fd)
             except OSError as exc:
@@ -128,7 +130,7 @@ class Workspace:
         """Open `name` in `dir_fd` without following a symlink; only regular files."""
         try:
             fd = os.open(
-                name, flags | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, 0o644, dir_fd=dir_fd
+                name, flags | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, 0o600, dir_fd=dir_fd
             )
         except FileNotFoundError:
             raise not_found(display) from None

@@ -1,0 +1,55 @@
+"""What a call's evidence keeps of its input and output: never a secret, never a bulk copy.
+
+- An input field the handler marked secret (a value typed into a password field, or one
+  the caller marked secret) is kept as `[secret: N chars]`: what was done, not the value.
+- A string longer than the bound (a file written to the workspace, a page's text) is kept
+  as its size and sha256: the record still says what was there, and a copy can be checked
+  against it, without the database holding every byte of every write.
+
+The redactor runs after this, on what is left.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+# A written file's body is the common large input; 4 KiB keeps any plain argument whole.
+INPUT_TEXT_MAX = 4 * 1024
+# A page snapshot (24,000 characters by default) stays whole; a file read back does not.
+OUTPUT_TEXT_MAX = 64 * 1024
+_MAX_DEPTH = 64
+
+
+def secret(value: Any) -> str:
+    length = len(value) if isinstance(value, str) else 0
+    return f"[secret: {length} chars]"
+
+
+def condensed(value: Any, limit: int, _depth: int = 0) -> Any:
+    """`value` with every string over `limit` characters replaced by its size and digest."""
+    if isinstance(value, str):
+        if len(value) <= limit:
+            return value
+        data = value.encode("utf-8", "surrogatepass")
+        return {"omitted_bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+    if _depth > _MAX_DEPTH:
+        return value
+    if isinstance(value, Mapping):
+        return {key: condensed(item, limit, _depth + 1) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [condensed(item, limit, _depth + 1) for item in value]
+    return value
+
+
+def recorded_input(value: Any, secret_fields: Iterable[str] = ()) -> Any:
+    """A call's input as its evidence keeps it."""
+    fields = set(secret_fields)
+    if fields and isinstance(value, Mapping):
+        value = {k: secret(v) if k in fields else v for k, v in value.items()}
+    return condensed(value, INPUT_TEXT_MAX)
+
+
+def recorded_output(value: Any) -> Any:
+    return condensed(value, OUTPUT_TEXT_MAX)
