@@ -22,6 +22,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from gateway.errors import GatewayError, StorageError, ToolFailure
+from gateway.evidence_log import EventLog
 from gateway.identity import TaskIdentity
 from gateway.metrics import Metrics
 from gateway.recording import recorded_input, recorded_output
@@ -98,6 +99,7 @@ class Pipeline:
         services: Services,
         redactor: Redactor,
         metrics: Metrics,
+        events: EventLog,
     ) -> None:
         self.registry = registry
         self.tasks = tasks
@@ -105,6 +107,7 @@ class Pipeline:
         self.services = services
         self.redactor = redactor
         self.metrics = metrics
+        self.events = events
         self._usage: dict[str, _TaskUsage] = {}
         # One lock per (task, tool, idempotency key), dropped when no call holds or awaits it.
         self._key_locks: dict[tuple[str, str, str], _KeyLock] = {}
@@ -427,30 +430,11 @@ class Pipeline:
             usage = self._usage.setdefault(task_id, _TaskUsage(calls, side_effects))
         return usage
 
-    async def record_event(self, identity: TaskIdentity, kind: str, data: Mapping[str, Any]) -> str:
+    async def record_event(
+        self, identity: TaskIdentity, kind: str, data: Mapping[str, Any]
+    ) -> str | None:
         """Evidence that is not a call: a rejected frame, a blocked navigation..."""
-        record_id = new_id("evt")
-        record = {
-            "event_id": record_id,
-            "kind": kind,
-            "task_id": identity.task_id,
-            "org_id": identity.org_id,
-            "actor": identity.actor.id,
-            "at": time.time(),
-            "data": dict(data),
-        }
-        await self.store.commit(
-            [
-                self.store.evidence_row(
-                    record_id=record_id,
-                    task_id=identity.task_id,
-                    org_id=identity.org_id,
-                    kind=kind,
-                    record=self.redactor.value(record),
-                )
-            ]
-        )
-        return record_id
+        return await self.events.record(identity, kind, data)
 
 
 def input_digest(validated: Any) -> str:

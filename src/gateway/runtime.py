@@ -14,6 +14,7 @@ from collections.abc import Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
 from typing import Any
 
+from gateway.evidence_log import EventLog
 from gateway.identity import TaskIdentity
 from gateway.metrics import Metrics
 from gateway.pipeline import Pipeline
@@ -53,10 +54,23 @@ class Gateway:
         self.redactor = Redactor([*settings.secret_keys, settings.control_key])
         self.registry = Registry()
         self.services = Services()
+        self.events = EventLog(
+            self.store,
+            self.redactor,
+            quota=settings.evidence_max_events_per_task,
+            metrics=self.metrics.registry,
+        )
         self.pipeline = Pipeline(
-            self.registry, self.tasks, self.store, self.services, self.redactor, self.metrics
+            self.registry,
+            self.tasks,
+            self.store,
+            self.services,
+            self.redactor,
+            self.metrics,
+            self.events,
         )
         self.tasks.on_end(self.pipeline.forget)
+        self.tasks.on_end(self.events.task_ended)
         self._startup: list[Hook] = []
         self._shutdown: list[Hook] = []
         self._contexts: list[Callable[[], AbstractAsyncContextManager[Any]]] = []
@@ -110,4 +124,5 @@ class Gateway:
                 await hook()
             except Exception:
                 log.exception("a shutdown hook failed")
+        await self.events.flush()
         await self.store.close()

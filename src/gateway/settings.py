@@ -56,6 +56,8 @@ class Settings(BaseSettings):
     agent_token_ttl_s: int = Field(default=900, ge=1, le=3600)
     bridge_token_ttl_s: int = Field(default=900, ge=1, le=3600)
     max_task_ttl_s: int = Field(default=3600, ge=1, le=86400)
+    # Events (not calls) a task may leave in evidence; past it they are counted, not kept.
+    evidence_max_events_per_task: int = Field(default=10_000, ge=10)
     max_body_bytes: int = Field(default=1024 * 1024, ge=1024)
     example: bool = True
     example_port: int = Field(default=8001, ge=0, le=65535)

@@ -75,8 +75,18 @@ class BrowserGateway:
         return await self.gw.pipeline.call(identity, tool, args, door=Door.INTERNAL)
 
     async def evidence(self, identity: TaskIdentity, kind: str) -> list[dict[str, Any]]:
+        """The task's records of one kind; an aggregate of a flood counts as its samples."""
+        await self.gw.events.flush(identity.task_id)
         records = await self.gw.store.evidence_for(identity.org_id, identity.task_id)
-        return [r for r in records if r.get("kind") == kind]
+        found: list[dict[str, Any]] = []
+        for record in records:
+            if record.get("kind") != kind:
+                continue
+            if (record.get("data") or {}).get("aggregate"):
+                found += [{**record, "data": sample} for sample in record["data"]["samples"]]
+            else:
+                found.append(record)
+        return found
 
 
 @contextlib.asynccontextmanager

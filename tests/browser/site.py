@@ -115,6 +115,16 @@ def allowed_app(foreign: str) -> Starlette:
             "'storage=' + (localStorage.getItem('who') || 'none');</script>",
         )
 
+    async def flood(request: Request) -> Response:
+        count = int(request.query_params.get("n", "100"))
+        return _page(
+            "Flood",
+            "<h1>Flood</h1><p id='done'></p>",
+            head=f"<script>addEventListener('load', () => {{ for (let i = 0; i < {count}; i++)"
+            f" {{ const img = new Image(); img.src = '{foreign}/pixel.png?i=' + i; }}"
+            " document.getElementById('done').textContent = 'requested'; });</script>",
+        )
+
     async def login(_r: Request) -> Response:
         return _page(
             "Login",
@@ -132,6 +142,7 @@ def allowed_app(foreign: str) -> Starlette:
             Route("/", home),
             Route("/network", network),
             Route("/login", login),
+            Route("/flood", flood),
             Route("/second", second),
             Route("/redirect", redirect),
             Route("/location", location),

@@ -241,3 +241,43 @@ async def test_an_oversized_request_is_refused_unread(door: DoorLive) -> None:
     assert response.status_code == 413
     assert response.json()["error"]["code"] == "payload_too_large"
     assert [r for r in await door.evidence(task["task_id"]) if r["kind"] == "call"] == []
+
+
+async def test_the_session_cap_holds_under_a_burst_of_handshakes(door: DoorLive) -> None:
+    task = await door.live.create_task()
+    answers = await asyncio.gather(
+        *(post_initialize(door, task["tokens"]["agent"]) for _ in range(48))
+    )
+    statuses = [a.status_code for a in answers]
+    assert statuses.count(200) == 16, statuses
+    assert statuses.count(429) == 32, statuses
+    mcp = door.live.gateway.services.get(McpDoor)
+    assert len(mcp.sessions.open_for(task["task_id"])) == 16
+
+
+async def test_another_tasks_token_on_a_session_neither_uses_nor_untracks_it(
+    door: DoorLive,
+) -> None:
+    a = await door.live.create_task()
+    b = await door.live.create_task(actor="user_9")
+    opened = [await post_initialize(door, a["tokens"]["agent"]) for _ in range(16)]
+    ids = [r.headers["mcp-session-id"] for r in opened]
+    mcp = door.live.gateway.services.get(McpDoor)
+    for session_id in ids:
+        foreign = await door.live.http.post(
+            "/v1/mcp",
+            json={"jsonrpc": "2.0", "id": 2, "method": "tools/list", "params": {}},
+            headers={
+                **MCP_HEADERS,
+                "authorization": f"Bearer {b['tokens']['agent']}",
+                "mcp-session-id": session_id,
+                "mcp-protocol-version": "2025-11-25",
+            },
+        )
+        assert foreign.status_code == 404
+    # Still A's, still counted: A cannot open a 17th, and ending A closes all 16.
+    assert mcp.sessions.open_for(a["task_id"]) == sorted(ids)
+    assert (await post_initialize(door, a["tokens"]["agent"])).status_code == 429
+    await door.live.end_task(a["task_id"])
+    assert mcp.sessions.open_for(a["task_id"]) == []
+    assert not set(ids) & set(mcp.manager._server_instances)

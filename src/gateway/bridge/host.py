@@ -77,9 +77,7 @@ class ParentToolHost:
                 tool=_echo(body, "tool", 128),
                 diagnostics=exc.diagnostics(),
             )
-            await self.gw.pipeline.record_event(
-                identity, "parent-tool.rejected", {"reason": exc.message}
-            )
+            self.gw.events.repeated(identity, "parent-tool.rejected", {"reason": exc.message})
             return 422, await self._finish(identity, token, body, result, None)
 
         try:
@@ -93,7 +91,7 @@ class ParentToolHost:
                 tool=request.tool,
                 operation=request.operation,
             )
-            await self.gw.pipeline.record_event(
+            self.gw.events.repeated(
                 identity,
                 "parent-tool.denied",
                 {"request_id": request.request_id, "tool": request.tool, "code": exc.code},

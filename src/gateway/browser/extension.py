@@ -30,7 +30,9 @@ def install(gw: Gateway) -> list[BaseRoute]:
     pool = BrowserPool(
         gw.settings,
         processes,
-        EvidenceSink(record=gw.pipeline.record_event, put_artifact=put_artifact),
+        EvidenceSink(
+            record=gw.events.record, repeated=gw.events.repeated, put_artifact=put_artifact
+        ),
         owns_processes=owns,
         metrics=gw.metrics.registry,
     )

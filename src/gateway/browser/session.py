@@ -52,6 +52,8 @@ class EvidenceSink:
     """Where a session writes what it saw: the gateway's evidence and artifact store."""
 
     record: Callable[[TaskIdentity, str, Mapping[str, Any]], Awaitable[Any]]
+    # For kinds that come in floods (refused requests): aggregated per task and window.
+    repeated: Callable[[TaskIdentity, str, Mapping[str, Any]], None]
     put_artifact: Callable[[TaskIdentity, bytes, str, str], Awaitable[ArtifactRef]]
 
 
@@ -191,12 +193,8 @@ class BrowserSession:
         self._pending.append(violation)
         self.blocked_total += 1
         if self.identity is not None:
-            self._spawn(
-                self.sink.record(
-                    self.identity,
-                    "origin_blocked",
-                    {**violation.public(), "page": self.url[:512]},
-                )
+            self.sink.repeated(
+                self.identity, "origin_blocked", {**violation.public(), "page": self.url[:512]}
             )
 
     def _proxy_blocked(self, request: BlockedRequest) -> None:

@@ -45,6 +45,11 @@ def routes(gw: Gateway) -> list[BaseRoute]:
         record = await gw.tasks.get(task_id)
         body = gw.tasks.describe(record)
         body["calls"] = await gw.store.call_counts(task_id)
+        body["evidence"] = {
+            "events": await gw.store.event_count(task_id),
+            "dropped": gw.events.dropped(task_id),
+            "quota": gw.events.quota,
+        }
         for name, probe in gw.task_probes.items():
             body[name] = probe(task_id)
         return JSONResponse(body)

@@ -93,14 +93,19 @@ class BearerFront:
         except GatewayError as exc:
             await error_response(exc)(scope, receive, send)
             return
-        if _opens_session(scope, headers) and self.sessions.at_limit(identity.task_id):
-            await error_response(TooManySessions())(scope, receive, send)
-            return
         user = self._principals.get(identity.task_id)
         if user is None:
             user = self._principals[identity.task_id] = principal(identity)
         scope = {**scope, "user": user, IDENTITY_KEY: identity}
-        await self.app(scope, receive, self.sessions.watch(scope, identity.task_id, user, send))
+        watched = self.sessions.watch(scope, identity.task_id, user, send)
+        if not _opens_session(scope, headers):
+            await self.app(scope, receive, watched)
+            return
+        try:
+            with self.sessions.opening(identity.task_id):
+                await self.app(scope, receive, watched)
+        except TooManySessions as exc:
+            await error_response(exc)(scope, receive, send)
 
     def forget(self, task_id: str) -> None:
         self._principals.pop(task_id, None)

@@ -11,7 +11,9 @@ Requests of the stateless 2026 protocol carry no session and need nothing here.
 
 from __future__ import annotations
 
+import contextlib
 import logging
+from collections.abc import Iterator
 
 from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
 from starlette.datastructures import Headers
@@ -45,12 +47,30 @@ class TaskSessions:
         # session id -> (task id, the principal that opened it)
         self._sessions: dict[str, tuple[str, AuthenticatedUser]] = {}
         self._by_task: dict[str, set[str]] = {}
+        # Handshakes under way, by task: they count against the cap until they answer,
+        # so a burst of concurrent `initialize` cannot open more than the cap.
+        self._opening: dict[str, int] = {}
 
     def open_for(self, task_id: str) -> list[str]:
         return sorted(self._by_task.get(task_id, ()))
 
-    def at_limit(self, task_id: str) -> bool:
-        return len(self._by_task.get(task_id, ())) >= MAX_SESSIONS_PER_TASK
+    def _held(self, task_id: str) -> int:
+        return len(self._by_task.get(task_id, ())) + self._opening.get(task_id, 0)
+
+    @contextlib.contextmanager
+    def opening(self, task_id: str) -> Iterator[None]:
+        """Hold a place for a session this request may open; TooManySessions at the cap."""
+        if self._held(task_id) >= MAX_SESSIONS_PER_TASK:
+            raise TooManySessions()
+        self._opening[task_id] = self._opening.get(task_id, 0) + 1
+        try:
+            yield
+        finally:
+            left = self._opening[task_id] - 1
+            if left:
+                self._opening[task_id] = left
+            else:
+                del self._opening[task_id]
 
     def _add(self, session_id: str, task_id: str, user: AuthenticatedUser) -> None:
         self._sessions[session_id] = (task_id, user)
@@ -76,7 +96,9 @@ class TaskSessions:
         method = scope.get("method")
         if requested is None and method == "POST":
             return self._noting(task_id, user, send)
-        if requested is not None and requested in self._sessions:
+        # Only the owner's own requests can tell that its session is gone: another task's
+        # token on this id gets the SDK's 404 too, and must not make it untracked.
+        if requested is not None and self.owner(requested) == task_id:
             return self._forgetting(requested, method == "DELETE", send)
         return send
 

@@ -365,6 +365,13 @@ class Store:
             raise StorageError(f"revocation failed: {exc}") from exc
         return True
 
+    async def event_count(self, task_id: str) -> int:
+        """How many evidence records of the task are not calls."""
+        ev = schema.evidence
+        query = select(func.count()).where(ev.c.task_id == task_id, ev.c.kind != "call")
+        async with self.engine.connect() as conn:
+            return int((await conn.execute(query)).scalar_one())
+
     async def call_counts(self, task_id: str) -> dict[str, int]:
         query = (
             select(schema.evidence.c.status, func.count())

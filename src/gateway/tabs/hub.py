@@ -381,7 +381,7 @@ class TabHub:
             "connection": effect.conn,
             **effect.details,
         }
-        self._spawn(self.gw.pipeline.record_event(link.identity, "tab.frame_rejected", data))
+        self.gw.events.repeated(link.identity, "tab.frame_rejected", data)
 
     def _start_call(self, channel: TabChannel, effect: StartCall) -> None:
         link = self._links.get(effect.conn)
