@@ -28,6 +28,8 @@ def settings(tmp_path: Path) -> Settings:
         control_key="control-key-for-tests-0123456789",
         dashboard_origins=["http://127.0.0.1:8765"],
         example=False,
+        # Most tests of a full gateway never open a task browser: launch it on first use.
+        browser_launch_at_start=False,
     )
 
 

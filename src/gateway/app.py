@@ -6,6 +6,7 @@ import contextlib
 from collections.abc import AsyncIterator, Callable, Sequence
 
 from starlette.applications import Starlette
+from starlette.middleware import Middleware
 from starlette.routing import BaseRoute
 
 from gateway.bridge import install as bridge
@@ -13,6 +14,8 @@ from gateway.browser import install as browser
 from gateway.errors import GatewayError
 from gateway.http import health, tasks
 from gateway.http.edge import gateway_error_handler
+from gateway.http.hosts import HostGuard, HostPolicy
+from gateway.http.no_store import NoStore
 from gateway.mcp_door import install as mcp_door
 from gateway.runtime import Gateway
 from gateway.settings import Settings
@@ -49,6 +52,10 @@ def build_app(
         routes=routes,
         lifespan=lifespan,
         exception_handlers={GatewayError: gateway_error_handler},
+        middleware=[
+            Middleware(HostGuard, policy=HostPolicy.from_settings(gw.settings)),
+            Middleware(NoStore),
+        ],
     )
     app.state.gateway = gw
     return app

@@ -21,8 +21,13 @@ from pydantic import (
 
 from gateway.origins import OriginError, normalize_origin
 
+# An identifier that may end up in a path (an organization's artifacts, a workspace): it
+# starts with a letter or digit, so `.`, `..` and `-x` are not names.
 Name = Annotated[
-    str, StringConstraints(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9_.:@-]+$")
+    str,
+    StringConstraints(
+        min_length=1, max_length=128, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.:@-]{0,127}$"
+    ),
 ]
 Scope = Annotated[
     str, StringConstraints(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9_.:*-]+$")

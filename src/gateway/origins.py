@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ipaddress
 import re
+from collections.abc import Collection
 from urllib.parse import SplitResult, urlsplit
 
 _DEFAULT_PORTS = {"http": 80, "https": 443}
@@ -96,6 +97,16 @@ def origin_of(url: str) -> str:
         port = _DEFAULT_PORTS[scheme]
     suffix = "" if port == _DEFAULT_PORTS[scheme] else f":{port}"
     return f"{scheme}://{host}{suffix}"
+
+
+def origin_allowed(header: str | None, allowed: Collection[str]) -> bool:
+    """Whether an `Origin` header names one of `allowed` (normalized origins) exactly.
+
+    A browser always sends an origin in its one serialized form, so nothing is normalized
+    here: `HTTP://host`, a trailing `/` or `.`, or port `08765` are other strings, refused
+    rather than taken for the configured origin (and never echoed back as it).
+    """
+    return header is not None and header in allowed
 
 
 def is_allowed(url: str, allowed: frozenset[str]) -> bool:

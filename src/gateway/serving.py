@@ -13,6 +13,51 @@ from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import uvicorn
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+# A request's head (its request line and headers) must arrive whole within this time of the
+# connection opening or of the previous answer: a client trickling a header line every few
+# seconds would otherwise hold its connection (and a server slot) for as long as it likes.
+HEAD_TIMEOUT_S = 10.0
+
+
+class HeadDeadlineProtocol(HttpToolsProtocol):
+    """uvicorn's HTTP protocol with a deadline for each request's head."""
+
+    _head_deadline: asyncio.TimerHandle | None = None
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        self._arm()
+
+    def on_headers_complete(self) -> None:
+        self._disarm()
+        super().on_headers_complete()
+
+    def on_response_complete(self) -> None:
+        super().on_response_complete()
+        # The next request's head is due now, unless it is already in (pipelined).
+        if not self.transport.is_closing() and not self.pipeline:
+            self._arm()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._disarm()
+        super().connection_lost(exc)
+
+    def _arm(self) -> None:
+        self._disarm()
+        self._head_deadline = self.loop.call_later(HEAD_TIMEOUT_S, self._head_too_slow)
+
+    def _disarm(self) -> None:
+        if self._head_deadline is not None:
+            self._head_deadline.cancel()
+            self._head_deadline = None
+
+    def _head_too_slow(self) -> None:
+        self._head_deadline = None
+        if not self.transport.is_closing():
+            self.transport.close()
+
 
 # How every server here speaks HTTP and websockets (`gateway serve`, the example's servers,
 # the tests' and benches' servers). Websocket frames of at most 1 MiB. No permessage-deflate:
@@ -20,6 +65,7 @@ import uvicorn
 # and a tab token compressed in one connection's shared window with page-chosen text is the
 # shape of a compression side channel. Forwarded headers are not trusted.
 SERVER_OPTIONS: dict[str, Any] = {
+    "http": HeadDeadlineProtocol,
     "ws_max_size": 1024 * 1024,
     "ws_per_message_deflate": False,
     "proxy_headers": False,

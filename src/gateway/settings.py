@@ -50,6 +50,8 @@ class Settings(BaseSettings):
     # WebRTC then have a way around the guard). As root it runs as `browser_user`
     # (default: `gateway-browser`, else `nobody`) with its own sandbox on.
     browser_network_jail: bool = True
+    # Launch Chromium when the gateway starts (else on the first browser call).
+    browser_launch_at_start: bool = True
     browser_user: str | None = None
     browser_snapshot_max_chars: int = Field(default=24000, ge=1000, le=1_000_000)
     tab_token_ttl_s: int = Field(default=900, ge=1, le=3600)
@@ -61,8 +63,10 @@ class Settings(BaseSettings):
     max_body_bytes: int = Field(default=1024 * 1024, ge=1024)
     example: bool = True
     example_port: int = Field(default=8001, ge=0, le=65535)
-    # MCP door: Host values (`name`, `name:port`, `name:*`, or `*`) and browser Origins it
-    # answers. Empty: the gateway's own host (public_url, else host:port) and loopback.
+    # Host values every route answers (`name`, `name:port`, `name:*`, or `*`). Empty: the
+    # gateway's own host (public_url, else host:port) and loopback. `mcp_allowed_hosts` is
+    # this setting's first name, still read; the MCP door also checks browser Origins.
+    allowed_hosts: Annotated[list[str], NoDecode] = Field(default_factory=list)
     mcp_allowed_hosts: Annotated[list[str], NoDecode] = Field(default_factory=list)
     mcp_allowed_origins: Annotated[list[str], NoDecode] = Field(default_factory=list)
 
@@ -71,7 +75,7 @@ class Settings(BaseSettings):
     def _keys(cls, value: object) -> object:
         return _split(value)
 
-    @field_validator("mcp_allowed_hosts", "mcp_allowed_origins", mode="before")
+    @field_validator("allowed_hosts", "mcp_allowed_hosts", "mcp_allowed_origins", mode="before")
     @classmethod
     def _mcp_lists(cls, value: object) -> object:
         return _split(value)

@@ -20,7 +20,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from gateway.errors import AuthError, NotFound, TokenExpired, TokenRevoked
-from gateway.identity import Actor, Budget, Sandbox, Scope, TaskIdentity, ToolPattern
+from gateway.identity import Actor, Budget, Name, Sandbox, Scope, TaskIdentity, ToolPattern
 from gateway.store.database import Store, TaskRecord
 from gateway.tokens import Purpose, TokenClaims, TokenService
 
@@ -35,7 +35,7 @@ class TaskCreate(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     actor: Actor
-    org_id: str = Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9_.:@-]+$")
+    org_id: Name
     sandbox: Sandbox
     scopes: list[Scope] = Field(default_factory=list, max_length=256)
     allowed_tools: list[ToolPattern] | None = Field(default=None, max_length=1024)

@@ -193,3 +193,18 @@ async def test_download_is_refused(browsers: BrowserGateway) -> None:
     kinds = {r["data"]["kind"] for r in await browsers.evidence(task, "origin_blocked")}
     assert "download_blocked" in kinds
     assert not list((browsers.gw.settings.data_dir).rglob("file.bin"))
+
+
+async def test_chromiums_own_calls_home_are_not_the_tasks_evidence(
+    browsers: BrowserGateway,
+) -> None:
+    # A form with a password field is what made Chromium's autofill call its server.
+    task = await browsers.task()
+    assert (await browsers.call(task, "browser.navigate", url="/login")).ok
+    await asyncio.sleep(3)
+    assert (await browsers.call(task, "browser.snapshot")).ok
+    targets = [r["data"]["target"] for r in await browsers.evidence(task, "origin_blocked")]
+    assert not [t for t in targets if "google" in t], targets
+    # A page's own navigation to such a host is still the task's, and still refused.
+    nav = await browsers.call(task, "browser.navigate", url="https://clients2.google.com/x")
+    assert nav.error is not None and nav.error.code == "origin_blocked"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from playwright.async_api import Error as PlaywrightError
 
-from gateway.browser.policy import page_url_allowed, resolve_target
+from gateway.browser.policy import is_browser_service, page_url_allowed, resolve_target
 from gateway.browser.snapshot import build_snapshot, resolve_ref
 from gateway.browser.tools import _snapshot_after_load
 from gateway.errors import ToolFailure
@@ -97,3 +97,11 @@ async def test_a_navigate_whose_snapshot_fails_still_reports_the_navigation() ->
         "snapshot": None,
         "snapshot_error": "Timeout 10000ms exceeded.",
     }
+
+
+def test_chromiums_service_hosts_are_told_from_others() -> None:
+    assert is_browser_service("content-autofill.googleapis.com:443")
+    assert is_browser_service("http://update.googleapis.com/service/update2")
+    assert is_browser_service("clients2.google.com:443")
+    for other in ("googleapis.com.evil.example:443", "evilgoogle.com:443", "127.0.0.1:80"):
+        assert not is_browser_service(other), other

@@ -249,7 +249,7 @@ async def test_an_idle_context_is_closed_and_the_next_call_gets_a_fresh_one(
                 break
             await asyncio.sleep(0.05)
         assert pool.live_count() == 0
-        assert closed[0]["data"] == {"reason": "idle", "blocked": 0}
+        assert closed[0]["data"] == {"reason": "idle", "blocked": 0, "background_refused": 0}
         assert (await b.call(task, "browser.navigate", url="/show")).ok
         assert pool.session(task.task_id) is not first
         assert "cookie=none" in (await b.call(task, "browser.snapshot")).output["snapshot"]

@@ -158,6 +158,7 @@ async def arena_at(tmp: Path) -> AsyncIterator[Arena]:
         dashboard_origins=[DASHBOARD],
         example=False,
         max_body_bytes=MAX_BODY,
+        browser_launch_at_start=False,
     )
     gw = Gateway(settings)
     seen = Sentinels()

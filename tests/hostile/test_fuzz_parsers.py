@@ -420,3 +420,10 @@ def test_expired_identity_is_refused_by_the_pipeline(pipeline_env: tuple[Any, ..
     )
     assert result.status is ToolStatus.DENIED
     assert not [c for c in seen.calls if c["task"] == stale.task_id]
+
+
+def test_a_lone_surrogate_in_a_nested_key_is_refused_by_the_envelope_parser() -> None:
+    # Found by the fuzz above: it parsed, then failed when the envelope was written out.
+    data = {**PARENT_REQUEST, "input": {"": {"\ud800": None}}}
+    with pytest.raises(EnvelopeInvalid, match="lone surrogate"):
+        parse_envelope(ParentToolRequest, data, REQUEST_SCHEMA)

@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime
 
 import pytest
+from pydantic import ValidationError
 
 from gateway import workspace
+from gateway.identity import Actor, Sandbox, TaskIdentity
 from gateway.results import Door
 from gateway.runtime import Gateway
 from gateway.settings import Settings
+from gateway.workspace import workspace_dir
 from tests.core_fixtures import new_task, started
 
 RW = ("workspace:read", "workspace:write")
@@ -41,16 +45,27 @@ async def test_each_task_has_its_own_workspace(gw: Gateway) -> None:
         assert found.output["matches"] == []
 
 
-async def test_a_dot_dot_organization_stays_inside_the_workspaces(
-    gw: Gateway, settings: Settings
-) -> None:
-    sneaky, _ = await new_task(gw, org="..", scopes=RW)
-    result = await gw.pipeline.call(
-        sneaky, "workspace.write", {"path": "x.txt", "contents": "x"}, door=Door.BRIDGE
+async def test_a_dot_dot_organization_is_not_a_name(gw: Gateway) -> None:
+    # `..` as an organization would have put its files one folder up: it is refused when
+    # the task is created, and the workspace's `o_` prefix is the second line.
+    for org in ("..", "."):
+        with pytest.raises(ValidationError, match="org_id"):
+            await new_task(gw, org=org, scopes=RW)
+
+
+def test_the_workspace_prefix_keeps_a_dotted_organization_inside(settings: Settings) -> None:
+    now = datetime.now(UTC)
+    identity = TaskIdentity.model_construct(
+        task_id="task_1",
+        org_id="..",
+        actor=Actor(id="u", role="admin"),
+        sandbox=Sandbox(id="sb", app_origin="http://127.0.0.1:9"),
+        scopes=frozenset(RW),
+        created_at=now,
+        expires_at=now,
     )
-    assert result.ok
-    [written] = list(settings.data_dir.rglob("x.txt"))
-    assert written.resolve().is_relative_to((settings.data_dir / "workspaces").resolve())
+    root = workspace_dir(settings.data_dir, identity)
+    assert root.resolve().is_relative_to((settings.data_dir / "workspaces").resolve())
 
 
 async def test_reading_does_not_grant_writing(gw: Gateway) -> None:

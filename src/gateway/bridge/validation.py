@@ -63,6 +63,14 @@ def parse_envelope(model: type[E], data: Any, schema: str) -> E:
             f"unsupported {schema} version {str(version)[:32]!r}; expected {VERSION}"
         )
     try:
+        # A lone surrogate (`"\\ud800"`, in a key or a value) is valid JSON but no UTF-8
+        # record or answer can hold it.
+        json.dumps(data, ensure_ascii=False).encode()
+    except UnicodeEncodeError:
+        raise EnvelopeInvalid(f"the {schema} envelope holds a lone surrogate") from None
+    except (TypeError, ValueError, RecursionError):
+        raise EnvelopeInvalid(f"the {schema} envelope is not plain JSON") from None
+    try:
         return model.model_validate(data)
     except ValidationError as exc:
         errors = validation_errors(exc)

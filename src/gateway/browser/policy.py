@@ -16,6 +16,15 @@ from gateway.origins import OriginError, origin_of
 from gateway.results import ErrorCode, ToolStatus
 
 BLANK = "about:blank"
+# Where Chromium itself calls home (updates, autofill, safe browsing, field trials). A
+# refused request there that is not a page's navigation is Chromium's, not the task's.
+BROWSER_SERVICE_SUFFIXES = (
+    ".googleapis.com",
+    ".gvt1.com",
+    ".gstatic.com",
+    ".google.com",
+    ".googleusercontent.com",
+)
 MAX_URL_CHARS = 2048
 
 
@@ -29,6 +38,13 @@ def page_url_allowed(url: str, origins: frozenset[str]) -> bool:
         return origin_of(url) in origins
     except ValueError:  # OriginError, or urlsplit's own for a malformed netloc
         return False
+
+
+def is_browser_service(target: str) -> bool:
+    """Whether a refused request's target (`host:port` or a URL) is one of Chromium's own
+    services."""
+    host = urlsplit(target if "://" in target else f"//{target}").hostname or ""
+    return host.endswith(BROWSER_SERVICE_SUFFIXES)
 
 
 def resolve_target(url: str, sandbox: Sandbox) -> str:

@@ -99,7 +99,7 @@ class BrowserPool:
     # -- life -----------------------------------------------------------------------------
 
     async def start(self) -> None:
-        if self._owns:
+        if self._owns and self.settings.browser_launch_at_start:
             try:
                 await self.processes.start()
             except ToolFailure as exc:

@@ -43,7 +43,15 @@ GUARD_ARGS = (
 # reuses the frame, as Chromium did before: measured here, goto of the same app page
 # 40 -> 34 ms, and the renderer's CreateWebView and frame swap gone from each navigation.
 # Site isolation (a process per site, per context) is not touched by it.
-TASK_BROWSER_DISABLED_FEATURES = ("RenderDocument",)
+# Chromium's own calls to its services, which the guard would refuse (and record against the
+# task) anyway: autofill's form lookups (seen on a page with a password field), translation,
+# model downloads.
+TASK_BROWSER_DISABLED_FEATURES = (
+    "RenderDocument",
+    "AutofillServerCommunication",
+    "Translate",
+    "OptimizationGuideModelDownloading",
+)
 LAUNCH_TIMEOUT_S = 30.0
 
 

@@ -34,7 +34,7 @@ from gateway.results import ErrorCode, ToolStatus
 from gateway.store.database import ArtifactRef
 
 from .guard_proxy import BlockedRequest, OriginProxy
-from .policy import BLANK, page_url_allowed
+from .policy import BLANK, is_browser_service, page_url_allowed
 from .processes import BrowserProcess, browser_unavailable
 from .snapshot import PRIVATE_FIELD_VALUES, Snapshot, build_snapshot, mask_secrets
 
@@ -97,6 +97,7 @@ class BrowserSession:
         self.document = 0  # bumped on each new main-frame document: refs of older ones are stale
         self.latest: Snapshot | None = None
         self.blocked_total = 0
+        self.background_refused = 0  # Chromium's own calls home, refused
         # Values the caller typed as secrets: no snapshot of this context shows them.
         self.typed_secrets: set[str] = set()
         self.lock = asyncio.Lock()
@@ -198,6 +199,10 @@ class BrowserSession:
             )
 
     def _proxy_blocked(self, request: BlockedRequest) -> None:
+        if not request.navigation and is_browser_service(request.target):
+            # Chromium's own background call: refused like any other, but not the task's.
+            self.background_refused += 1
+            return
         kind = "navigation_refused" if request.navigation else "request_refused"
         if request.method == "CONNECT":
             kind = "tunnel_refused"
@@ -388,7 +393,11 @@ class BrowserSession:
         if self._restoring is not None:
             self._restoring.cancel()
         if identity is not None:
-            data: dict[str, Any] = {"reason": reason, "blocked": self.blocked_total}
+            data: dict[str, Any] = {
+                "reason": reason,
+                "blocked": self.blocked_total,
+                "background_refused": self.background_refused,
+            }
             if trace is not None:
                 data["trace"] = trace.public()
             with contextlib.suppress(Exception):

@@ -56,6 +56,20 @@ async def read_json(request: Request, limit: int) -> Any:
     return value
 
 
+_DIGITS = re.compile(r"[0-9]{1,15}")
+
+
+def query_int(request: Request, name: str, default: int, *, low: int, high: int) -> int:
+    """A query parameter as an integer in [low, high]: ASCII digits only (not `٣`, `+1`,
+    `1_0` or 30 digits), or 422."""
+    text = request.query_params.get(name)
+    if text is None:
+        return default
+    if not _DIGITS.fullmatch(text):
+        raise InvalidInput(f"{name} must be a whole number of at most 15 digits")
+    return min(max(int(text), low), high)
+
+
 def bearer(request: Request) -> str:
     header = request.headers.get("authorization", "")
     scheme, _, value = header.partition(" ")

@@ -7,10 +7,21 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
-from gateway.errors import InvalidInput
-from gateway.http.edge import read_json, require_control, task_reader
+from gateway.errors import InvalidInput, NotFound
+from gateway.http.edge import (
+    agent_identity,
+    bearer,
+    is_control,
+    query_int,
+    read_json,
+    require_control,
+    task_reader,
+)
 from gateway.runtime import Gateway
 from gateway.tasks import TaskCreate
+
+# Evidence sequence numbers fit SQLite's and PostgreSQL's 64-bit integers.
+MAX_SEQ = 2**63 - 1
 
 
 def routes(gw: Gateway) -> list[BaseRoute]:
@@ -67,11 +78,8 @@ def routes(gw: Gateway) -> list[BaseRoute]:
         task_id = request.path_params["task_id"]
         await task_reader(gw, request, task_id)
         record = await gw.tasks.get(task_id)
-        try:
-            after = int(request.query_params.get("after", "0"))
-            limit = min(max(int(request.query_params.get("limit", "500")), 1), 5000)
-        except ValueError:
-            raise InvalidInput("after and limit must be integers") from None
+        after = query_int(request, "after", 0, low=0, high=MAX_SEQ)
+        limit = query_int(request, "limit", 500, low=1, high=5000)
         # Scoped by the task's own owner: the query cannot reach another organization.
         items = await gw.store.evidence_for(
             record.identity.org_id, task_id, after=after, limit=limit
@@ -79,8 +87,13 @@ def routes(gw: Gateway) -> list[BaseRoute]:
         return JSONResponse({"task_id": task_id, "records": items})
 
     async def artifact(request: Request) -> Response:
+        # Who asks comes first: an artifact's existence is nobody else's business, and a
+        # missing one and another task's answer alike.
+        credential = bearer(request)
+        reader = None if is_control(gw, credential) else await agent_identity(gw, request)
         ref = await gw.store.get_artifact(request.path_params["artifact_id"])
-        await task_reader(gw, request, ref.task_id)
+        if reader is not None and reader.task_id != ref.task_id:
+            raise NotFound("no such artifact")
         data = await gw.store.read_artifact(ref)
         return Response(
             data,

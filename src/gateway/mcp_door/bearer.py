@@ -24,9 +24,9 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from gateway.errors import AuthError, GatewayError
 from gateway.http.edge import bearer, error_response
+from gateway.http.hosts import HostPolicy
 from gateway.identity import TaskIdentity
 from gateway.mcp_door.dispatch import is_modern
-from gateway.mcp_door.hosts import HostPolicy
 from gateway.mcp_door.sessions import SESSION_HEADER, TaskSessions, TooManySessions
 from gateway.runtime import Gateway
 from gateway.tokens import Purpose
@@ -81,7 +81,7 @@ class BearerFront:
         headers = Headers(scope=scope)
         token: str | None = None
         try:
-            self.policy.check(headers.get("host"), headers.get("origin"))
+            self.policy.check_origin(headers.get("origin"))
             token = bearer(Request(scope))
             identity = await self.gw.tasks.authenticate(token, Purpose.AGENT)
         except AuthError as exc:

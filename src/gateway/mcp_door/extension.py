@@ -19,10 +19,10 @@ from mcp.server.streamable_http_manager import StreamableHTTPASGIApp, Streamable
 from mcp.server.transport_security import TransportSecuritySettings
 from starlette.routing import BaseRoute, Route
 
+from gateway.http.hosts import HostPolicy
 from gateway.mcp_door.bearer import BearerFront
 from gateway.mcp_door.catalog import McpCatalog
 from gateway.mcp_door.dispatch import TransportDispatch
-from gateway.mcp_door.hosts import HostPolicy
 from gateway.mcp_door.server import build_server
 from gateway.mcp_door.sessions import TaskSessions
 from gateway.runtime import Gateway

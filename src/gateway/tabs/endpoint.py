@@ -19,21 +19,12 @@ from collections.abc import Awaitable, Callable
 from starlette.websockets import WebSocket, WebSocketDisconnect, WebSocketState
 
 from gateway.errors import AuthError
-from gateway.origins import OriginError, normalize_origin
+from gateway.origins import origin_allowed
 from gateway.tabs import frames
 from gateway.tabs.hub import CloseCommand, Outgoing, TabHub, TabLink, Writer, parse_hello
 from gateway.tokens import Purpose
 
 log = logging.getLogger(__name__)
-
-
-def origin_allowed(origin: str | None, allowed: list[str]) -> bool:
-    if not origin:
-        return False
-    try:
-        return normalize_origin(origin) in allowed
-    except OriginError:
-        return False
 
 
 async def _refuse(ws: WebSocket, hub: TabHub, reason: str, code: str, message: str) -> None:

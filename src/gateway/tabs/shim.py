@@ -15,7 +15,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
-from gateway.origins import OriginError, normalize_origin
+from gateway.origins import origin_allowed
 
 SHIM_NAMES = ("webmcp.js", "webmcp.d.ts")
 
@@ -31,13 +31,8 @@ def routes(dashboard_origins: list[str]) -> list[BaseRoute]:
     def cors(request: Request) -> dict[str, str]:
         headers = {"Vary": "Origin", "X-Content-Type-Options": "nosniff"}
         origin = request.headers.get("origin")
-        if origin:
-            try:
-                normal = normalize_origin(origin)
-            except OriginError:
-                return headers
-            if normal in allowed:
-                headers["Access-Control-Allow-Origin"] = origin
+        if origin_allowed(origin, allowed):
+            headers["Access-Control-Allow-Origin"] = str(origin)
         return headers
 
     def serve(name: str, media_type: str) -> Route:

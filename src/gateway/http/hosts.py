@@ -1,10 +1,11 @@
-"""Which Host and Origin headers the MCP door answers: its DNS-rebinding guard.
+"""Which Host and Origin headers the gateway answers: its DNS-rebinding guard.
 
 A page on an attacker's domain that re-points its DNS name at the gateway still sends its
-own name in `Host`, so the door answers only the names it is known by: the gateway's own
-(`public_url`, else `host:port`) and loopback, or exactly `GATEWAY_MCP_ALLOWED_HOSTS`
-when that is set. A browser always sends `Origin` on a cross-origin POST; agents using an
-MCP client send none. A present `Origin` must be one the door is told about.
+own name in `Host`, so every route (HTTP and websocket) answers only the names the gateway
+is known by: its own (`public_url`, else `host:port`) and loopback, or exactly
+`GATEWAY_ALLOWED_HOSTS` when that is set (`GATEWAY_MCP_ALLOWED_HOSTS`, its first name,
+is still read). The MCP door also refuses a browser `Origin` it was not told about
+(agents using an MCP client send none).
 
 Entries of the allowed-hosts list: `name` (that name on the scheme's default port, as a
 proxy in front usually forwards it), `name:port`, `name:*` (any port), or `*` (no Host
@@ -19,8 +20,11 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
+from starlette.types import ASGIApp, Receive, Scope, Send
+
 from gateway.errors import Forbidden
-from gateway.origins import OriginError, normalize_origin
+from gateway.http.edge import error_response
+from gateway.origins import OriginError, normalize_origin, origin_allowed
 from gateway.settings import Settings
 
 LOOPBACK_NAMES = ("127.0.0.1", "localhost", "[::1]")
@@ -55,7 +59,8 @@ class HostPolicy:
 
     @classmethod
     def from_settings(cls, settings: Settings) -> HostPolicy:
-        hosts = {h.strip().lower() for h in settings.mcp_allowed_hosts if h.strip()}
+        named = [*settings.allowed_hosts, *settings.mcp_allowed_hosts]
+        hosts = {h.strip().lower() for h in named if h.strip()}
         if not hosts:
             hosts = set(_defaults(settings))
         origins: set[str] = set()
@@ -84,23 +89,36 @@ class HostPolicy:
             return False
         return f"{name}:{port}" in self.hosts or f"{name}:*" in self.hosts
 
-    def origin_allowed(self, origin: str | None) -> bool:
-        if origin is None or ANY in self.origins:
-            return True
-        try:
-            return normalize_origin(origin) in self.origins
-        except OriginError:
-            return False
+    def check_origin(self, origin: str | None) -> None:
+        """An MCP request's Origin: none (an agent), or exactly one the door was told of."""
+        if origin is None or ANY in self.origins or origin_allowed(origin, self.origins):
+            return
+        raise Forbidden("requests from that Origin are refused; see GATEWAY_MCP_ALLOWED_ORIGINS")
 
-    def check(self, host: str | None, origin: str | None) -> None:
-        if not self.host_allowed(host):
-            raise MisdirectedHost(
-                "this gateway does not answer MCP for that Host; see GATEWAY_MCP_ALLOWED_HOSTS"
-            )
-        if not self.origin_allowed(origin):
-            raise Forbidden(
-                "requests from that Origin are refused; see GATEWAY_MCP_ALLOWED_ORIGINS"
-            )
+
+class HostGuard:
+    """ASGI middleware: a request (or websocket handshake) for a Host this gateway is not
+    known by is answered 421 (refused before accept, for a websocket), and goes no further."""
+
+    def __init__(self, app: ASGIApp, policy: HostPolicy) -> None:
+        self.app = app
+        self.policy = policy
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] not in ("http", "websocket"):
+            await self.app(scope, receive, send)
+            return
+        host = next((v.decode("latin-1") for k, v in scope["headers"] if k == b"host"), None)
+        if self.policy.host_allowed(host):
+            await self.app(scope, receive, send)
+            return
+        if scope["type"] == "websocket":
+            await send({"type": "websocket.close", "code": 1008, "reason": ""})
+            return
+        refusal = MisdirectedHost(
+            "this gateway does not answer for that Host; see GATEWAY_ALLOWED_HOSTS"
+        )
+        await error_response(refusal)(scope, receive, send)
 
 
 def _defaults(settings: Settings) -> Iterable[str]:

@@ -1,4 +1,5 @@
-"""The door's Host/Origin policy, as a unit: exact names, explicit ports, no look-alikes."""
+"""The gateway's Host policy and the MCP door's Origin rule, as a unit: exact names,
+explicit ports, no look-alikes."""
 
 from __future__ import annotations
 
@@ -7,7 +8,8 @@ from typing import Any
 
 import pytest
 
-from gateway.mcp_door.hosts import HostPolicy, MisdirectedHost, split_host
+from gateway.errors import Forbidden
+from gateway.http.hosts import HostPolicy, split_host
 from gateway.settings import Settings
 
 
@@ -15,6 +17,14 @@ def policy(tmp_path: Path, **kwargs: Any) -> HostPolicy:
     return HostPolicy.from_settings(
         Settings.model_validate({"data_dir": tmp_path, "example": False, **kwargs})
     )
+
+
+def origin_ok(p: HostPolicy, origin: str | None) -> bool:
+    try:
+        p.check_origin(origin)
+    except Forbidden:
+        return False
+    return True
 
 
 def test_defaults_are_the_gateways_own_host_and_loopback(tmp_path: Path) -> None:
@@ -40,12 +50,13 @@ def test_public_url_behind_a_proxy(tmp_path: Path) -> None:
     assert p.host_allowed("gateway.example.com")
     assert p.host_allowed("Gateway.Example.COM:443")
     assert not p.host_allowed("gateway.example.com:8443")
-    assert p.origin_allowed("https://gateway.example.com")
-    assert not p.origin_allowed("https://example.com")
+    assert origin_ok(p, "https://gateway.example.com")
+    assert not origin_ok(p, "https://example.com")
 
 
-def test_configured_hosts_replace_the_defaults(tmp_path: Path) -> None:
-    p = policy(tmp_path, mcp_allowed_hosts="mcp.internal:*, gw.example.com")
+@pytest.mark.parametrize("setting", ["allowed_hosts", "mcp_allowed_hosts"])
+def test_configured_hosts_replace_the_defaults(tmp_path: Path, setting: str) -> None:
+    p = policy(tmp_path, **{setting: "mcp.internal:*, gw.example.com"})
     assert p.host_allowed("mcp.internal:9000")
     assert p.host_allowed("gw.example.com")
     assert not p.host_allowed("gw.example.com:8080")
@@ -57,17 +68,25 @@ def test_configured_hosts_replace_the_defaults(tmp_path: Path) -> None:
 def test_wildcards_switch_checks_off_explicitly(tmp_path: Path) -> None:
     p = policy(tmp_path, mcp_allowed_hosts="*", mcp_allowed_origins="*")
     assert p.host_allowed("anything.example:1")
-    assert p.origin_allowed("https://anything.example")
+    assert origin_ok(p, "https://anything.example")
 
 
-def test_origins_are_compared_normalized(tmp_path: Path) -> None:
+def test_configured_origins_are_normalized_and_headers_compared_exactly(
+    tmp_path: Path,
+) -> None:
     p = policy(tmp_path, mcp_allowed_origins="https://App.Example.com:443")
-    assert p.origin_allowed(None)
-    assert p.origin_allowed("https://app.example.com")
-    assert not p.origin_allowed("https://app.example.com.evil.example")
-    assert not p.origin_allowed("null")
-    with pytest.raises(MisdirectedHost):
-        p.check("evil.example", None)
+    assert origin_ok(p, None)
+    assert origin_ok(p, "https://app.example.com")
+    # A browser sends one serialized form; other spellings are other strings.
+    for spelling in (
+        "https://App.Example.com",
+        "https://app.example.com:443",
+        "https://app.example.com/",
+        "https://app.example.com.",
+        "https://app.example.com.evil.example",
+        "null",
+    ):
+        assert not origin_ok(p, spelling), spelling
 
 
 def test_bad_origin_setting_is_refused(tmp_path: Path) -> None:
