@@ -18,18 +18,21 @@ from gateway.runtime import Gateway
 from gateway.serving import serving
 from gateway.settings import Settings
 from gateway.tasks import TaskCreate
+from gateway.testing import end_all_and_check_released, test_settings
 from tests.browser.site import ForeignLog, allowed_app, foreign_app
 from tests.conftest import task_body
 
 
 def browser_settings(tmp: Path, **overrides: Any) -> Settings:
-    return Settings(
-        data_dir=tmp / "data",
-        secret_keys=["k-test-newest-0123456789abcdef"],
-        control_key="control-key-for-tests-0123456789",
-        example=False,
-        **overrides,
-    )
+    return test_settings(tmp / "data", **{"browser_launch_at_start": True, **overrides})
+
+
+def snapshot_ref(text: str, label: str) -> str:
+    """The ref of the first element of a snapshot whose line names `label`."""
+    for line in text.splitlines():
+        if label in line and "[ref=" in line:
+            return line.split("[ref=", 1)[1].split("]", 1)[0]
+    raise AssertionError(f"no element {label!r} in the snapshot:\n{text}")
 
 
 @dataclass
@@ -47,7 +50,7 @@ async def sites() -> AsyncIterator[Sites]:
 
 
 @pytest_asyncio.fixture(loop_scope="session", scope="session")
-async def chromium(tmp_path_factory: Any) -> AsyncIterator[BrowserProcesses]:
+async def task_chromium(tmp_path_factory: Any) -> AsyncIterator[BrowserProcesses]:
     processes = BrowserProcesses(browser_settings(tmp_path_factory.mktemp("chromium")))
     await processes.start()
     yield processes
@@ -91,25 +94,27 @@ class BrowserGateway:
 
 @contextlib.asynccontextmanager
 async def browser_gateway(
-    tmp_path: Path, sites: Sites, chromium: BrowserProcesses | None = None, **overrides: Any
+    tmp_path: Path, sites: Sites, processes: BrowserProcesses | None = None, **overrides: Any
 ) -> AsyncIterator[BrowserGateway]:
     """A started gateway with the task browser; on the session's Chromium when given, else
-    with Chromium processes (or a remote server) of its own, as `overrides` say."""
+    with Chromium processes (or a remote server) of its own, as `overrides` say. On the way
+    out its tasks are ended, and nothing may still be held for one."""
     gw = Gateway(browser_settings(tmp_path, **overrides))
-    if chromium is not None:
-        gw.services.provide(BrowserProcesses, chromium)
+    if processes is not None:
+        gw.services.provide(BrowserProcesses, processes)
     install(gw)
     await gw.start()
     try:
         yield BrowserGateway(gw, sites)
+        await end_all_and_check_released(gw)
     finally:
         await gw.stop()
 
 
 @pytest_asyncio.fixture(loop_scope="session")
 async def browsers(
-    tmp_path: Path, sites: Sites, chromium: BrowserProcesses
+    tmp_path: Path, sites: Sites, task_chromium: BrowserProcesses
 ) -> AsyncIterator[BrowserGateway]:
-    async with browser_gateway(tmp_path, sites, chromium) as b:
+    async with browser_gateway(tmp_path, sites, task_chromium) as b:
         sites.log.requests.clear()
         yield b

@@ -20,8 +20,13 @@ from gateway.results import ToolStatus
 from gateway.runtime import Gateway
 from gateway.serving import serving
 from gateway.tokens import Purpose
-from tests.browser.conftest import BrowserGateway, Sites, browser_gateway, browser_settings
-from tests.browser.test_guard import _snapshot_refs
+from tests.browser.conftest import (
+    BrowserGateway,
+    Sites,
+    browser_gateway,
+    browser_settings,
+    snapshot_ref,
+)
 from tests.conftest import task_body
 
 pytestmark = [pytest.mark.browser, pytest.mark.asyncio(loop_scope="session")]
@@ -49,7 +54,7 @@ async def test_snapshot_click_fill_press_wait_and_screenshot(browsers: BrowserGa
     assert snap.output["url"] == browsers.sites.allowed + "/"
     text = snap.output["snapshot"]
     assert 'heading "Agents"' in text
-    field, save = _snapshot_refs(text, "textbox"), _snapshot_refs(text, "Save")
+    field, save = snapshot_ref(text, "textbox"), snapshot_ref(text, "Save")
     assert (await browsers.call(task, "browser.fill", ref=field, value="Ada")).ok
     assert (await browsers.call(task, "browser.press", ref=field, key="End")).ok
     assert (await browsers.call(task, "browser.click", ref=save)).ok
@@ -72,7 +77,7 @@ async def test_navigate_hands_over_the_loaded_pages_snapshot(browsers: BrowserGa
     assert nav.ok and nav.output["status"] == 200
     assert 'heading "Agents"' in nav.output["snapshot"] and not nav.output["truncated"]
     # Its refs are the page's latest: an agent acts on them without a snapshot call.
-    save = _snapshot_refs(nav.output["snapshot"], "Save")
+    save = snapshot_ref(nav.output["snapshot"], "Save")
     assert save.startswith(nav.output["snapshot_id"] + ".")
     assert (await browsers.call(task, "browser.click", ref=save)).ok
     # Asked not to, navigate reads nothing; the refs of the last page are stale now.
@@ -89,8 +94,8 @@ async def test_navigate_hands_over_the_loaded_pages_snapshot(browsers: BrowserGa
 async def test_refs_go_stale_when_the_page_navigates(browsers: BrowserGateway) -> None:
     task = await browsers.task()
     assert (await browsers.call(task, "browser.navigate", url="/")).ok
-    old = _snapshot_refs((await browsers.call(task, "browser.snapshot")).output["snapshot"], "Save")
-    link = _snapshot_refs(
+    old = snapshot_ref((await browsers.call(task, "browser.snapshot")).output["snapshot"], "Save")
+    link = snapshot_ref(
         (await browsers.call(task, "browser.snapshot")).output["snapshot"], "Second"
     )
     # The first snapshot's refs are replaced by the second's.
@@ -126,9 +131,9 @@ async def test_ending_the_task_closes_its_context(browsers: BrowserGateway) -> N
 
 
 async def test_past_the_bound_a_call_is_unavailable_not_stuck(
-    tmp_path: Path, sites: Sites, chromium: BrowserProcesses
+    tmp_path: Path, sites: Sites, task_chromium: BrowserProcesses
 ) -> None:
-    async with browser_gateway(tmp_path, sites, chromium, max_contexts=2) as b:
+    async with browser_gateway(tmp_path, sites, task_chromium, max_contexts=2) as b:
         gw = b.gw
         t1, t2, t3 = await b.task(), await b.task(), await b.task()
         assert (await b.call(t1, "browser.navigate", url="/")).ok
@@ -142,10 +147,10 @@ async def test_past_the_bound_a_call_is_unavailable_not_stuck(
 
 
 async def test_warm_stock_hands_each_context_to_one_task(
-    tmp_path: Path, sites: Sites, chromium: BrowserProcesses
+    tmp_path: Path, sites: Sites, task_chromium: BrowserProcesses
 ) -> None:
     async with browser_gateway(
-        tmp_path, sites, chromium, browser_warm_contexts=2, max_contexts=4
+        tmp_path, sites, task_chromium, browser_warm_contexts=2, max_contexts=4
     ) as b:
         gw = b.gw
         pool = gw.services.get(BrowserPool)
@@ -164,13 +169,13 @@ async def test_warm_stock_hands_each_context_to_one_task(
 
 
 async def test_warm_stock_is_refilled_only_when_no_task_browser_is_busy(
-    tmp_path: Path, sites: Sites, chromium: BrowserProcesses, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, sites: Sites, task_chromium: BrowserProcesses, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(pool_module, "WARM_REFILL_DELAY_S", 0.0)
     # Long enough that the refill cannot slip in between the navigate and the hold below.
     monkeypatch.setattr(pool_module, "WARM_REFILL_QUIET_S", 2.0)
     async with browser_gateway(
-        tmp_path, sites, chromium, browser_warm_contexts=1, max_contexts=4
+        tmp_path, sites, task_chromium, browser_warm_contexts=1, max_contexts=4
     ) as b:
         gw = b.gw
         pool = gw.services.get(BrowserPool)
@@ -190,11 +195,11 @@ async def test_warm_stock_is_refilled_only_when_no_task_browser_is_busy(
 
 
 async def test_task_route_shows_the_browser_state(
-    tmp_path: Path, sites: Sites, chromium: BrowserProcesses
+    tmp_path: Path, sites: Sites, task_chromium: BrowserProcesses
 ) -> None:
     settings = browser_settings(tmp_path)
     gw = Gateway(settings)
-    gw.services.provide(BrowserProcesses, chromium)
+    gw.services.provide(BrowserProcesses, task_chromium)
     app = build_app(gateway=gw, extensions=[task_routes.routes, install])
     async with serving(app) as base, httpx.AsyncClient(base_url=base) as http:
         control = {"authorization": f"Bearer {settings.control_key}"}
@@ -215,10 +220,10 @@ async def test_task_route_shows_the_browser_state(
 
 
 async def test_traces_and_screenshots_are_kept_under_the_task_owner(
-    tmp_path: Path, sites: Sites, chromium: BrowserProcesses
+    tmp_path: Path, sites: Sites, task_chromium: BrowserProcesses
 ) -> None:
     async with browser_gateway(
-        tmp_path, sites, chromium, browser_trace=True, browser_screenshots=True
+        tmp_path, sites, task_chromium, browser_trace=True, browser_screenshots=True
     ) as b:
         gw = b.gw
         task = await b.task(org="org_t")
@@ -234,9 +239,9 @@ async def test_traces_and_screenshots_are_kept_under_the_task_owner(
 
 
 async def test_an_idle_context_is_closed_and_the_next_call_gets_a_fresh_one(
-    tmp_path: Path, sites: Sites, chromium: BrowserProcesses
+    tmp_path: Path, sites: Sites, task_chromium: BrowserProcesses
 ) -> None:
-    async with browser_gateway(tmp_path, sites, chromium, browser_idle_s=0.2) as b:
+    async with browser_gateway(tmp_path, sites, task_chromium, browser_idle_s=0.2) as b:
         gw = b.gw
         pool = gw.services.get(BrowserPool)
         task = await b.task()
@@ -256,13 +261,13 @@ async def test_an_idle_context_is_closed_and_the_next_call_gets_a_fresh_one(
 
 
 async def test_the_pools_chromium_applies_playwrights_features_and_its_own(
-    chromium: BrowserProcesses,
+    task_chromium: BrowserProcesses,
 ) -> None:
-    [process] = chromium.live()
+    [process] = task_chromium.live()
     assert process.pid is not None
     line = command_line(process.pid)
     # Playwright's switches come first, ours last: Chromium applies ours, which lose nothing.
     assert dropped_features(line) == {}
     applied = [a for a in line if a.startswith("--disable-features=")][-1]
     assert "RenderDocument" in applied.split("=", 1)[1].split(",")
-    assert chromium.launches == 1  # no relaunch was needed to keep Playwright's features
+    assert task_chromium.launches == 1  # no relaunch was needed to keep Playwright's features

@@ -8,11 +8,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from examples.synthetic_app import AppConfig, SyntheticApp
 from examples.synthetic_app.control import AssistantTask, ControlPlane
 from examples.synthetic_app.directory import USERS
 from examples.synthetic_app.tools import install_product_tools
-
 from gateway.app import Extension
 from gateway.http import health, tasks
 from gateway.identity import TaskIdentity

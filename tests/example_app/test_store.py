@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from examples.synthetic_app import AppConfig, SyntheticApp
 from examples.synthetic_app.errors import Conflict, Forbidden, NotFound
 from examples.synthetic_app.models import DraftFields, RunBudget, RunRequest

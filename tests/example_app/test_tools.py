@@ -10,7 +10,6 @@ from typing import Any
 
 from examples.synthetic_app.models import DraftFields, RunRequest
 from examples.synthetic_app.store import who
-
 from gateway.identity import TaskIdentity
 from gateway.results import Door, ToolResult
 from tests.example_app.conftest import Stack

@@ -10,10 +10,10 @@ from typing import Any
 
 import httpx
 import pytest
+
 from examples.synthetic_app import SyntheticApp
 from examples.synthetic_app.models import DraftFields, RunRequest
 from examples.synthetic_app.store import who
-
 from gateway.serving import serving
 from gateway.tokens import Purpose
 from tests.example_app.conftest import Stack

@@ -1,28 +1,26 @@
-"""Fixtures of the tab channel's tests: gateways with the tab channel installed, a raw
-websocket tab client, and (for the browser tests) one Chromium for the session and a
-dashboard test page served on its own loopback origin."""
+"""Fixtures of the tab channel's tests: gateways with the tab channel installed, and a raw
+websocket tab client. The real-Chromium suites are in e2e/."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 import pytest_asyncio
 from pydantic import BaseModel
 from websockets.asyncio.client import ClientConnection, connect
 
-from gateway.app import build_app
 from gateway.http import health, tasks
 from gateway.runtime import Gateway
-from gateway.serving import serving
 from gateway.settings import Settings
 from gateway.tabs import ChannelLimits, TabConfig, TabHub, Views, install
+from gateway.testing import live_gateway, test_settings
 from tests.conftest import Live
 
 DASHBOARD = "http://127.0.0.1:8765"
@@ -59,7 +57,9 @@ class TabGateway(Live):
     def ws_url(self) -> str:
         return self.base_url.replace("http://", "ws://") + "/v1/tabs"
 
-    async def evidence(self, task_id: str, kind: str, wait_for: int = 0) -> list[dict[str, Any]]:
+    async def evidence(  # type: ignore[override]
+        self, task_id: str, kind: str, wait_for: int = 0
+    ) -> list[dict[str, Any]]:
         """The task's evidence records of one kind; `wait_for` polls (briefly) until at least
         that many are there, since rejected frames are recorded in the background."""
         for _ in range(100):
@@ -82,39 +82,30 @@ class TabGateway(Live):
 
 
 def tab_settings(tmp: Path, origins: list[str]) -> Settings:
-    return Settings(
-        data_dir=tmp / "data",
-        secret_keys=["k-test-newest-0123456789abcdef"],
-        control_key="control-key-for-tests-0123456789",
-        dashboard_origins=origins,
-        example=False,
-    )
+    return test_settings(tmp / "data", dashboard_origins=origins)
 
 
 TabGatewayFactory = Callable[..., Any]
 
 
-def _start(
+@contextlib.asynccontextmanager
+async def _start(
     tmp: Path,
     origins: list[str],
     config: TabConfig | None,
     setup: Callable[[Gateway], None] | None = None,
-) -> Any:
-    import contextlib
-
-    @contextlib.asynccontextmanager
-    async def run() -> AsyncIterator[TabGateway]:
-        gw = Gateway(tab_settings(tmp, origins))
+) -> AsyncIterator[TabGateway]:
+    def prepare(gw: Gateway) -> None:
         register_views(gw)
         if setup is not None:
             setup(gw)
         if config is not None:
             gw.services.provide(TabConfig, config)
-        app = build_app(gateway=gw, extensions=[health.routes, tasks.routes, install])
-        async with serving(app) as base_url, httpx.AsyncClient(base_url=base_url) as client:
-            yield TabGateway(base_url, gw, client)
 
-    return run()
+    async with live_gateway(
+        tab_settings(tmp, origins), setup=prepare, extensions=[health.routes, tasks.routes, install]
+    ) as live:
+        yield TabGateway(live.base_url, live.gateway, live.http, live.created)
 
 
 @pytest.fixture
@@ -178,115 +169,3 @@ async def raw_tab_factory() -> AsyncIterator[Callable[..., Any]]:
             yield RawTab(ws)
 
     yield make
-
-
-# --- real Chromium -------------------------------------------------------------------
-
-
-@dataclass
-class Site:
-    origin: str  # the dashboard's own origin (allowed)
-    foreign: str  # the same page under another origin (not allowed)
-
-
-@pytest_asyncio.fixture(loop_scope="package", scope="package")
-async def dashboard_site() -> AsyncIterator[Site]:
-    from tests.tabs.dashboard import dashboard_app
-
-    async with serving(dashboard_app()) as origin:
-        yield Site(origin, origin.replace("127.0.0.1", "localhost"))
-
-
-@pytest_asyncio.fixture(loop_scope="package", scope="package")
-async def chromium() -> AsyncIterator[Any]:
-    from playwright.async_api import async_playwright
-
-    from gateway.chromium import find_chromium, launch_args
-
-    async with async_playwright() as pw:
-        browser = await pw.chromium.launch(
-            executable_path=find_chromium(), args=launch_args(webmcp=True)
-        )
-        yield browser
-        await browser.close()
-
-
-class EchoInput(BaseModel):
-    text: str = ""
-
-
-def register_demo_tools(gw: Gateway) -> None:
-    """Two plain tools next to the ui.* ones: an echo for everyone with scope `demo`, and
-    one that only admins may call."""
-    from gateway.registry import ToolAnnotations, ToolContext
-
-    @gw.registry.tool(
-        "demo.echo",
-        title="Echo",
-        description="Echo the text back, with who asked.",
-        input_model=EchoInput,
-        scopes=["demo"],
-        annotations=ToolAnnotations(read_only=True),
-    )
-    async def echo(ctx: ToolContext, args: EchoInput) -> dict[str, Any]:
-        return {"text": args.text, "actor": ctx.identity.actor.id, "task": ctx.identity.task_id}
-
-    @gw.registry.tool(
-        "demo.admin_only",
-        title="Admin only",
-        description="Only admins may call this.",
-        input_model=EchoInput,
-        scopes=["demo"],
-        roles=["admin"],
-        annotations=ToolAnnotations(consequential=True),
-    )
-    async def admin_only(_ctx: ToolContext, args: EchoInput) -> dict[str, Any]:
-        return {"ok": args.text}
-
-
-@dataclass
-class E2E:
-    live: TabGateway
-    site: Site
-    browser: Any
-
-    async def page(self, *, origin: str | None = None) -> Any:
-        context = await self.browser.new_context()
-        self._contexts.append(context)
-        page = await context.new_page()
-        await page.goto((origin or self.site.origin) + "/")
-        await page.wait_for_function("typeof window.start === 'function'")
-        return page
-
-    async def start(self, page: Any, token: str, **options: Any) -> dict[str, Any]:
-        body: dict[str, Any] = await page.evaluate(
-            "(o) => window.start(o)", {"gateway": self.live.base_url, "token": token, **options}
-        )
-        return body
-
-    async def events(self, page: Any, kind: str) -> list[dict[str, Any]]:
-        found: list[dict[str, Any]] = await page.evaluate(
-            "(k) => window.events.filter((e) => e.type === k)", kind
-        )
-        return found
-
-    async def wait_event(self, page: Any, kind: str, count: int = 1) -> list[dict[str, Any]]:
-        await page.wait_for_function(
-            "([k, n]) => window.events.filter((e) => e.type === k).length >= n",
-            arg=[kind, count],
-            timeout=10_000,
-        )
-        return await self.events(page, kind)
-
-    _contexts: list[Any]
-
-
-@pytest_asyncio.fixture(loop_scope="package")
-async def e2e(tmp_path: Path, dashboard_site: Site, chromium: Any) -> AsyncIterator[E2E]:
-    async with _start(tmp_path, [dashboard_site.origin], None, setup=register_demo_tools) as live:
-        harness = E2E(live, dashboard_site, chromium, [])
-        try:
-            yield harness
-        finally:
-            for context in harness._contexts:
-                await context.close()

@@ -1,0 +1,44 @@
+"""`install(gw)`: wire the task browser into a gateway (service, tools, task hooks)."""
+
+from __future__ import annotations
+
+from starlette.routing import BaseRoute
+
+from gateway.identity import TaskIdentity
+from gateway.runtime import Gateway
+from gateway.store.database import ArtifactRef
+
+from . import tools
+from .pool import BrowserPool
+from .processes import BrowserProcesses
+from .session import EvidenceSink
+
+
+def install(gw: Gateway) -> list[BaseRoute]:
+    # A BrowserProcesses already provided (tests, several gateways in one process) is
+    # shared and left running; otherwise this gateway launches and stops its own.
+    processes = gw.services.find(BrowserProcesses)
+    owns = processes is None
+    if processes is None:
+        processes = BrowserProcesses(gw.settings)
+
+    async def put_artifact(
+        identity: TaskIdentity, data: bytes, name: str, media_type: str
+    ) -> ArtifactRef:
+        return await gw.store.put_artifact(identity, data, name=name, media_type=media_type)
+
+    pool = BrowserPool(
+        gw.settings,
+        processes,
+        EvidenceSink(
+            record=gw.events.record, repeated=gw.events.repeated, put_artifact=put_artifact
+        ),
+        owns_processes=owns,
+        metrics=gw.metrics.registry,
+    )
+    gw.services.provide(BrowserPool, pool)
+    tools.register(gw.registry, gw.settings)
+    gw.tasks.on_end(pool.end_task)
+    gw.task_probes["browser"] = pool.probe
+    gw.add_part("task browser pool", start=pool.start, stop=pool.close)
+    return []

@@ -1,0 +1,362 @@
+"""The browser pool: one fresh, never-shared context per task, bounded, reaped, replaced.
+
+A task's context is opened on its first browser call (from the warm stock of never-used
+contexts when there is one) and closed when the task ends or expires, or after it has been
+idle for `browser_idle_s`. Live contexts are bounded by `max_contexts`: past the bound a
+call is `unavailable`/`browser_unavailable` and retryable at once, it never waits. When a
+Chromium process dies, its tasks' next call says so (`browser_unavailable`, retryable) and
+the call after gets a fresh context on the relaunched process; other processes' tasks go on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from datetime import UTC, datetime
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Gauge
+
+from gateway.errors import ToolFailure
+from gateway.identity import TaskIdentity
+from gateway.results import ErrorCode, ToolStatus
+from gateway.settings import Settings
+
+from .processes import BrowserProcess, BrowserProcesses, browser_unavailable
+from .session import BrowserSession, EvidenceSink
+
+log = logging.getLogger(__name__)
+
+# Within the tools' own deadline (60 s); opening many contexts at once on a small machine
+# can take tens of seconds, and queueing them behind a gate was measured slower still.
+OPEN_TIMEOUT_S = 45.0
+# Tasks starting at once per Chromium process, from opening the context to the end of the
+# task's first call (which spawns the renderer and loads the first page). Measured with
+# raw Playwright on 2 cores, 32 tasks at once: p50 25.7 s ungated, 12.0 s four at a time.
+STARTS_PER_PROCESS = 4
+START_HOLD_MAX_S = 30.0
+# The warm stock is refilled a moment after a hand-off, not during it: opening a context
+# right away would take CPU from the task that just started.
+WARM_REFILL_DELAY_S = 1.0
+# ...and then one context at a time, each once no task's browser has been busy for a
+# moment. Measured with 8 tasks doing navigate + snapshot + click on 2 cores: refilling 8
+# contexts during their calls tripled the renderers' CPU time and doubled the calls' p50.
+# Under load that never pauses, a context is still opened every few seconds, so the stock
+# does not stay empty for good.
+WARM_REFILL_QUIET_S = 0.25
+WARM_REFILL_MAX_WAIT_S = 5.0
+_QUIET_POLL_S = 0.05
+ENDED_MEMORY_S = 6 * 3600.0
+
+
+class BrowserPool:
+    def __init__(
+        self,
+        settings: Settings,
+        processes: BrowserProcesses,
+        sink: EvidenceSink,
+        *,
+        owns_processes: bool = True,
+        metrics: CollectorRegistry | None = None,
+    ) -> None:
+        self.settings = settings
+        self.processes = processes
+        self.sink = sink
+        self.max_contexts = settings.max_contexts
+        self.warm_target = min(settings.browser_warm_contexts, settings.max_contexts)
+        self._owns = owns_processes
+        self._sessions: dict[str, BrowserSession] = {}
+        self._opening: dict[str, asyncio.Task[BrowserSession]] = {}
+        self._warm: list[BrowserSession] = []
+        self._warming: asyncio.Task[None] | None = None
+        self._ended: dict[str, float] = {}
+        self._closers: set[asyncio.Task[None]] = set()
+        self._reaper: asyncio.Task[None] | None = None
+        self._unsubscribe: Any = None
+        self._closing = False
+        self._starting = asyncio.Semaphore(STARTS_PER_PROCESS * processes.count)
+        self.refused = 0
+        self._denials: Counter | None = None
+        if metrics is not None:
+            gauge = Gauge(
+                "gateway_browser_contexts", "Live task browser contexts", registry=metrics
+            )
+            gauge.set_function(lambda: float(len(self._sessions)))
+            warm = Gauge(
+                "gateway_browser_warm_contexts",
+                "Never-used browser contexts ready for the next task",
+                registry=metrics,
+            )
+            warm.set_function(lambda: float(len(self._warm)))
+            self._denials = Counter(
+                "gateway_browser_busy",
+                "Browser calls refused because every context was in use",
+                registry=metrics,
+            )
+
+    # -- life -----------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        if self._owns and self.settings.browser_launch_at_start:
+            try:
+                await self.processes.start()
+            except ToolFailure as exc:
+                # The gateway serves its other doors and tools regardless; browser calls end
+                # `browser_unavailable` (retryable) and each tries to start a browser again.
+                log.error("no task browser for now: %s", exc.message)
+        self._unsubscribe = self.processes.on_death(self._process_died)
+        self._reaper = asyncio.ensure_future(self._reap_forever())
+        self._refill()
+
+    async def close(self) -> None:
+        self._closing = True
+        if self._reaper is not None:
+            self._reaper.cancel()
+        if self._warming is not None:
+            self._warming.cancel()
+        for task in self._opening.values():
+            task.cancel()
+        sessions = [*self._sessions.values(), *self._warm]
+        self._sessions.clear()
+        self._warm.clear()
+        await asyncio.gather(*(s.close("the gateway is stopping") for s in sessions))
+        if self._closers:
+            await asyncio.gather(*self._closers, return_exceptions=True)
+        if self._unsubscribe is not None:
+            self._unsubscribe()
+        if self._owns:
+            await self.processes.close()
+
+    # -- counts and probes ----------------------------------------------------------------
+
+    def live_count(self) -> int:
+        """Contexts held by tasks (the warm stock is not counted)."""
+        return len(self._sessions)
+
+    def task_ids(self) -> set[str]:
+        """Tasks that hold a context, or are having one opened."""
+        return {*self._sessions, *self._opening}
+
+    def warm_count(self) -> int:
+        return len(self._warm)
+
+    def session(self, task_id: str) -> BrowserSession | None:
+        return self._sessions.get(task_id)
+
+    def probe(self, task_id: str) -> dict[str, Any]:
+        """The task's browser state, for `GET /v1/tasks/{id}`."""
+        session = self._sessions.get(task_id)
+        if session is None:
+            return {"state": "closed" if task_id in self._ended else "none"}
+        return {
+            "state": "lost" if session.lost else "live",
+            "url": session.url[:2048],
+            "opened_at": datetime.fromtimestamp(session.created_at, UTC).isoformat(),
+            "idle_s": round(time.monotonic() - session.last_used, 3),
+            "blocked": session.blocked_total,
+            "process": session.process.index,
+        }
+
+    # -- a task's session -----------------------------------------------------------------
+
+    async def session_for(self, identity: TaskIdentity) -> BrowserSession:
+        """The task's own context, opened on its first call; never another task's."""
+        task_id = identity.task_id
+        session = self._sessions.get(task_id)
+        if session is not None:
+            if session.lost is None:
+                return session
+            # The process under it died: say so once, then start afresh.
+            self._sessions.pop(task_id, None)
+            self._close_later(session, "its browser process ended")
+            if not session.loss_reported:
+                raise browser_unavailable(
+                    f"the task's browser was lost ({session.lost}); the next call gets a new one"
+                )
+        if task_id in self._ended or identity.expired():
+            raise ToolFailure(ToolStatus.DENIED, ErrorCode.REVOKED, "the task has ended")
+        opening = self._opening.get(task_id)
+        if opening is None:
+            if self._closing:
+                raise browser_unavailable("the browser pool is shutting down")
+            if len(self._sessions) + len(self._opening) >= self.max_contexts:
+                self.refused += 1
+                if self._denials is not None:
+                    self._denials.inc()
+                raise browser_unavailable(
+                    f"all {self.max_contexts} browser contexts are in use; retry later"
+                )
+            opening = asyncio.ensure_future(self._open_for(identity))
+            self._opening[task_id] = opening
+            opening.add_done_callback(lambda _t: self._opening.pop(task_id, None))
+        return await asyncio.shield(opening)
+
+    async def _open_for(self, identity: TaskIdentity) -> BrowserSession:
+        # Admission for starts: the slot is released when the task's first call is over.
+        await self._starting.acquire()
+        try:
+            session = self._take_warm()
+            if session is None:
+                session = await self._open_fresh()
+        except BaseException:
+            self._starting.release()
+            raise
+        session.on_started = self._starting.release
+        # A task that never makes its first call (its caller gave up) frees its slot anyway.
+        asyncio.get_running_loop().call_later(START_HOLD_MAX_S, session.release_start)
+        try:
+            await session.assign(identity)
+        except BaseException:
+            await session.close("it could not be handed to its task")
+            raise
+        if identity.task_id in self._ended or self._closing:
+            # The task ended while its context was being opened.
+            await session.close("the task ended")
+            raise ToolFailure(ToolStatus.DENIED, ErrorCode.REVOKED, "the task has ended")
+        self._sessions[identity.task_id] = session
+        self._refill(delay=WARM_REFILL_DELAY_S)
+        return session
+
+    def _take_warm(self) -> BrowserSession | None:
+        while self._warm:
+            session = self._warm.pop(0)
+            if session.lost is None and session.process.alive:
+                return session
+            self._close_later(session, "its browser process ended")
+        return None
+
+    async def _open_fresh(self) -> BrowserSession:
+        return await self._open_on(await self.processes.pick())
+
+    async def _open_on(self, process: BrowserProcess) -> BrowserSession:
+        process.contexts += 1
+        try:
+            session = await asyncio.wait_for(
+                BrowserSession.open(
+                    process,
+                    self.sink,
+                    snapshot_max_chars=self.settings.browser_snapshot_max_chars,
+                    trace=self.settings.browser_trace,
+                ),
+                OPEN_TIMEOUT_S,
+            )
+        except TimeoutError:
+            process.contexts -= 1
+            raise browser_unavailable("the browser did not open a context in time") from None
+        except ToolFailure:
+            process.contexts -= 1
+            raise
+        except Exception as exc:
+            process.contexts -= 1
+            raise browser_unavailable(f"the browser could not open a context: {exc}") from exc
+        return session
+
+    async def end_task(self, task_id: str, reason: str) -> None:
+        """Close the task's context (task ended or expired); idempotent."""
+        self._ended[task_id] = time.monotonic()
+        opening = self._opening.get(task_id)
+        if opening is not None:
+            with contextlib.suppress(BaseException):
+                await opening
+        session = self._sessions.pop(task_id, None)
+        if session is not None:
+            await self._close(session, reason)
+
+    async def _close(self, session: BrowserSession, reason: str) -> None:
+        try:
+            await session.close(reason)
+        finally:
+            session.process.contexts -= 1
+
+    def _close_later(self, session: BrowserSession, reason: str) -> None:
+        task = asyncio.ensure_future(self._close(session, reason))
+        self._closers.add(task)
+        task.add_done_callback(self._closers.discard)
+
+    # -- warm stock -------------------------------------------------------------------------
+
+    async def stocked(self) -> int:
+        """Wait for the warm stock's refill in progress; returns how many contexts it holds."""
+        if self._warming is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.shield(self._warming)
+        return len(self._warm)
+
+    def _refill(self, delay: float = 0.0) -> None:
+        if self.warm_target == 0 or self._closing:
+            return
+        if self._warming is None or self._warming.done():
+            self._warming = asyncio.ensure_future(self._fill_warm(delay))
+
+    async def _fill_warm(self, delay: float) -> None:
+        if delay:
+            await asyncio.sleep(delay)
+        while self._stock_wanted():
+            await self._until_quiet()
+            if not self._stock_wanted():
+                return
+            try:
+                self._warm.append(await self._open_fresh())
+            except Exception as exc:
+                log.warning("the warm browser stock could not be refilled: %r", exc)
+                return
+
+    def _stock_wanted(self) -> bool:
+        return (
+            not self._closing
+            and len(self._warm) < self.warm_target
+            and len(self._sessions) + len(self._opening) + len(self._warm) < self.max_contexts
+        )
+
+    def quiet_for(self) -> float:
+        """Seconds since a task's browser last ran a call (0 while one runs or opens)."""
+        if self._opening:
+            return 0.0
+        last = None
+        for session in self._sessions.values():
+            if session.lock.locked():
+                return 0.0
+            last = session.last_used if last is None else max(last, session.last_used)
+        return float("inf") if last is None else time.monotonic() - last
+
+    async def _until_quiet(self) -> None:
+        give_up = time.monotonic() + WARM_REFILL_MAX_WAIT_S
+        while time.monotonic() < give_up:
+            if self.quiet_for() >= WARM_REFILL_QUIET_S:
+                return
+            await asyncio.sleep(_QUIET_POLL_S)
+
+    # -- faults and reaping -----------------------------------------------------------------
+
+    def _process_died(self, process: BrowserProcess) -> None:
+        for session in self._sessions.values():
+            if session.process is process:
+                session.lost = session.lost or "the browser process ended"
+        for session in [s for s in self._warm if s.process is process]:
+            self._warm.remove(session)
+            self._close_later(session, "its browser process ended")
+        self._refill()
+
+    async def _reap_forever(self) -> None:
+        period = max(0.05, min(5.0, self.settings.browser_idle_s / 4))
+        while True:
+            await asyncio.sleep(period)
+            try:
+                await self.reap()
+            except Exception:
+                log.exception("reaping idle browser contexts failed")
+
+    async def reap(self) -> None:
+        """Close contexts idle past the limit or of expired tasks."""
+        now = time.monotonic()
+        for task_id, session in list(self._sessions.items()):
+            expired = session.identity is not None and session.identity.expired()
+            idle = now - session.last_used > self.settings.browser_idle_s
+            if (expired or idle) and not session.lock.locked():
+                self._sessions.pop(task_id, None)
+                await self._close(session, "the task expired" if expired else "idle")
+        for task_id, at in list(self._ended.items()):
+            if now - at > ENDED_MEMORY_S:
+                del self._ended[task_id]

@@ -1,0 +1,87 @@
+"""The `gateway` command: serve, demo, bridge call, keys new."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Sequence
+
+from examples.synthetic_app.demo import add_command as add_demo_command
+from gateway.bridge.commands import add_commands as add_bridge_commands
+from gateway.settings import Settings
+from gateway.tokens import new_key
+
+
+def _serve(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from gateway.app import build_app
+    from gateway.serving import SERVER_OPTIONS
+
+    overrides: dict[str, object] = {}
+    if args.host is not None:
+        overrides["host"] = args.host
+    if args.port is not None:
+        overrides["port"] = args.port
+    if args.no_example:
+        overrides["example"] = False
+    settings = Settings(**overrides)  # type: ignore[arg-type]
+    for note in settings.ensure_secrets():
+        print(f"gateway: {note}", flush=True)
+    print(
+        f"gateway: serving on {settings.base_url} (data in {settings.data_dir.resolve()})",
+        flush=True,
+    )
+    if settings.example:
+        # The example dashboard and its sandbox instance run in this process, beside us.
+        from examples.synthetic_app.serve import run as serve_with_example
+
+        return serve_with_example(settings)
+    app = build_app(settings)
+    uvicorn.run(
+        app,
+        host=settings.host,
+        port=settings.port,
+        log_level="info",
+        **SERVER_OPTIONS,
+    )
+    return 0
+
+
+def _keys_new(_args: argparse.Namespace) -> int:
+    print(new_key())
+    return 0
+
+
+def parser() -> argparse.ArgumentParser:
+    root = argparse.ArgumentParser(prog="gateway", description=__doc__)
+    sub = root.add_subparsers(dest="command", required=True)
+
+    serve = sub.add_parser("serve", help="run the gateway")
+    serve.add_argument("--host", default=os.environ.get("GATEWAY_HOST"))
+    serve.add_argument("--port", type=int, default=None)
+    serve.add_argument(
+        "--no-example", action="store_true", help="do not serve the synthetic example dashboard"
+    )
+    serve.set_defaults(func=_serve)
+
+    add_demo_command(sub)
+
+    add_bridge_commands(sub)
+
+    keys = sub.add_parser("keys", help="signing keys")
+    keys_sub = keys.add_subparsers(dest="keys_command", required=True)
+    keys_new = keys_sub.add_parser("new", help="print a fresh signing key")
+    keys_new.set_defaults(func=_keys_new)
+    return root
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    code: int = args.func(args)
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,115 @@
+"""Shared pieces of the HTTP edge: bounded JSON bodies, bearer credentials, error bodies."""
+
+from __future__ import annotations
+
+import hmac
+import json
+import re
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+
+from gateway.errors import AuthError, GatewayError, InvalidInput, NotFound, PayloadTooLarge
+from gateway.identity import TaskIdentity
+from gateway.runtime import Gateway
+from gateway.tokens import Purpose
+
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
+
+
+def error_response(exc: GatewayError) -> JSONResponse:
+    headers = {"WWW-Authenticate": "Bearer"} if exc.http_status == 401 else None
+    return JSONResponse(exc.to_json(), status_code=exc.http_status, headers=headers)
+
+
+async def gateway_error_handler(_request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, GatewayError)
+    return error_response(exc)
+
+
+async def read_json(request: Request, limit: int) -> Any:
+    """The request's JSON body, refusing more than `limit` bytes before reading them all."""
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        raise PayloadTooLarge(f"body is larger than {limit} bytes")
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise PayloadTooLarge(f"body is larger than {limit} bytes")
+        chunks.append(chunk)
+    raw = b"".join(chunks)
+    try:
+        value = json.loads(raw)
+    except (ValueError, RecursionError) as exc:
+        raise InvalidInput("body is not valid JSON") from exc
+    # `"\ud800"` parses to a lone surrogate, which no UTF-8 answer or record can hold: an
+    # envelope echoing it made its reply fail with a 500. Only bodies with such an escape
+    # pay for the check.
+    if _SURROGATE_ESCAPE.search(raw):
+        try:
+            json.dumps(value, ensure_ascii=False).encode()
+        except UnicodeEncodeError:
+            raise InvalidInput("body is not valid JSON: it has a lone surrogate") from None
+    return value
+
+
+_DIGITS = re.compile(r"[0-9]{1,15}")
+
+
+def query_int(request: Request, name: str, default: int, *, low: int, high: int) -> int:
+    """A query parameter as an integer in [low, high]: ASCII digits only (not `٣`, `+1`,
+    `1_0` or 30 digits), or 422."""
+    text = request.query_params.get(name)
+    if text is None:
+        return default
+    if not _DIGITS.fullmatch(text):
+        raise InvalidInput(f"{name} must be a whole number of at most 15 digits")
+    return min(max(int(text), low), high)
+
+
+def credential(request: Request) -> str:
+    """The request's bearer credential, or "" when it has none."""
+    scheme, _, value = request.headers.get("authorization", "").partition(" ")
+    return value.strip() if scheme.lower() == "bearer" else ""
+
+
+def bearer(request: Request) -> str:
+    value = credential(request)
+    if not value:
+        raise AuthError("an Authorization: Bearer credential is required")
+    return value
+
+
+def is_control(gw: Gateway, credential: str) -> bool:
+    expected = gw.settings.control_key or ""
+    # Constant time, on bytes, so neither content nor a shared prefix leaks through timing.
+    return hmac.compare_digest(credential.encode(), expected.encode())
+
+
+def require_control(gw: Gateway, request: Request) -> None:
+    if not is_control(gw, bearer(request)):
+        raise AuthError("the control-plane key is required")
+
+
+async def agent_identity(
+    gw: Gateway, request: Request, purpose: Purpose = Purpose.AGENT
+) -> TaskIdentity:
+    return await gw.tasks.authenticate(credential(request), purpose)
+
+
+async def task_reader(gw: Gateway, request: Request, task_id: str) -> TaskIdentity | None:
+    """Control key (None: may read any task) or the agent token of exactly this task.
+
+    A token of another task gets 404, as if the task did not exist: a caller learns
+    nothing about tasks it does not own.
+    """
+    credential = bearer(request)
+    if is_control(gw, credential):
+        return None
+    identity = await agent_identity(gw, request)
+    if identity.task_id != task_id:
+        raise NotFound("no such task")
+    return identity

@@ -1,0 +1,76 @@
+"""The MCP door as a gateway extension: `/v1/mcp`, served by the official MCP SDK.
+
+`install(gw)` builds the SDK server and its streamable HTTP session manager, runs the
+manager for the gateway's lifetime (a part of it, `gw.add_part`), closes a task's sessions when the
+task ends, and returns the one route, guarded by the bearer front.
+
+Two SDK session managers share the one server (see dispatch.py for which serves what,
+and docs/mcp.md for the figures):
+- an SSE-capable, session-keeping one: progress notifications ride the call's response
+  stream, and clients of the handshake protocol versions keep a session, because their
+  cancellation (`notifications/cancelled`) names a request of a session;
+- a JSON-response, stateless one for 2026-07-28 requests that ask for no progress, the
+  common case, which it answers with less work per request.
+"""
+
+from __future__ import annotations
+
+from mcp.server.streamable_http_manager import StreamableHTTPASGIApp, StreamableHTTPSessionManager
+from mcp.server.transport_security import TransportSecuritySettings
+from starlette.routing import BaseRoute, Route
+
+from gateway.http.hosts import HostPolicy
+from gateway.mcp_door.bearer import BearerFront
+from gateway.mcp_door.catalog import McpCatalog
+from gateway.mcp_door.dispatch import TransportDispatch
+from gateway.mcp_door.server import build_server
+from gateway.mcp_door.sessions import TaskSessions
+from gateway.runtime import Gateway
+
+MCP_PATH = "/v1/mcp"
+
+
+class McpDoor:
+    """The parts of one gateway's MCP door (provided as a service, for tests and tools)."""
+
+    def __init__(self, gw: Gateway) -> None:
+        self.catalog = McpCatalog(gw.registry)
+        self.server = build_server(gw, self.catalog)
+        # Host and Origin are checked by the bearer front, before the token.
+        unguarded = TransportSecuritySettings(enable_dns_rebinding_protection=False)
+        self.manager = StreamableHTTPSessionManager(
+            app=self.server,
+            json_response=False,
+            stateless=False,
+            security_settings=unguarded,
+            max_request_body_size=gw.settings.max_body_bytes,
+        )
+        self.json_manager = StreamableHTTPSessionManager(
+            app=self.server,
+            json_response=True,
+            stateless=True,
+            security_settings=unguarded,
+            max_request_body_size=gw.settings.max_body_bytes,
+        )
+        streaming = StreamableHTTPASGIApp(self.manager)
+        dispatch = TransportDispatch(
+            streaming,
+            StreamableHTTPASGIApp(self.json_manager),
+            max_body_bytes=gw.settings.max_body_bytes,
+        )
+        self.sessions = TaskSessions(streaming)
+        policy = HostPolicy.from_settings(gw.settings)
+        self.front = BearerFront(gw, dispatch, policy, self.sessions)
+
+    async def task_ended(self, task_id: str, reason: str) -> None:
+        self.front.forget(task_id)
+        await self.sessions.close_task(task_id, reason)
+
+
+def install(gw: Gateway) -> list[BaseRoute]:
+    door = McpDoor(gw)
+    gw.services.provide(McpDoor, door)
+    gw.add_part("MCP sessions", context=door.manager.run)
+    gw.add_part("MCP stateless requests", context=door.json_manager.run)
+    gw.tasks.on_end(door.task_ended)
+    return [Route(MCP_PATH, endpoint=door.front)]

@@ -1,0 +1,177 @@
+"""The running gateway: the one object that holds every part, built from settings.
+
+Adapters (tab channels, browser pool, bridge, MCP) are extensions: each has an `install`
+function that takes the `Gateway`, registers its tools and services, subscribes to task
+ends, adds the parts it runs (`add_part`) and returns its routes.
+
+One lifetime: `start` enters the store, then every part in the order they were added, on
+one exit stack; `stop` leaves them in reverse. A part whose start fails unwinds every part
+started before it, so a gateway is either running whole or not at all. Nothing is written
+to disk before `start` (the generated keys included).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import AbstractAsyncContextManager
+from dataclasses import dataclass
+from typing import Any
+
+from gateway.evidence_log import EventLog
+from gateway.identity import TaskIdentity
+from gateway.metrics import Metrics
+from gateway.pipeline import Pipeline
+from gateway.redaction import Redactor
+from gateway.registry import Registry, Services
+from gateway.settings import Settings
+from gateway.store.database import Store
+from gateway.tasks import TaskService
+from gateway.tokens import Purpose, TokenService
+
+log = logging.getLogger(__name__)
+
+Hook = Callable[[], Awaitable[None]]
+PartContext = Callable[[], AbstractAsyncContextManager[Any]]
+TaskExtra = Callable[[TaskIdentity, dict[str, str]], dict[str, Any]]
+
+
+@dataclass(frozen=True)
+class Part:
+    """Something that runs while the gateway does, entered at start and left at stop."""
+
+    name: str
+    context: PartContext
+
+
+def hooks(start: Hook | None = None, stop: Hook | None = None) -> PartContext:
+    """A part made of a start and a stop (the stop runs only if the start returned)."""
+
+    @contextlib.asynccontextmanager
+    async def running() -> AsyncIterator[None]:
+        if start is not None:
+            await start()
+        try:
+            yield
+        finally:
+            if stop is not None:
+                await stop()
+
+    return running
+
+
+class Gateway:
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.metrics = Metrics()
+        self.store = Store(
+            settings.resolved_database_url(), settings.data_dir, synchronous=settings.db_synchronous
+        )
+        self.tokens = TokenService(settings.secret_keys)
+        self.tasks = TaskService(
+            self.store,
+            self.tokens,
+            ttl_by_purpose={
+                Purpose.TAB: settings.tab_token_ttl_s,
+                Purpose.AGENT: settings.agent_token_ttl_s,
+                Purpose.BRIDGE: settings.bridge_token_ttl_s,
+            },
+            max_task_ttl_s=settings.max_task_ttl_s,
+            auth_failures=self.metrics.auth_failures,
+        )
+        self.redactor = Redactor(
+            [*settings.secret_keys, *([settings.control_key] if settings.control_key else [])]
+        )
+        self.registry = Registry()
+        self.services = Services()
+        self.events = EventLog(
+            self.store,
+            self.redactor,
+            quota=settings.evidence_max_events_per_task,
+            metrics=self.metrics.registry,
+        )
+        self.pipeline = Pipeline(
+            self.registry,
+            self.tasks,
+            self.store,
+            self.services,
+            self.redactor,
+            self.metrics,
+            self.events,
+        )
+        self.tasks.on_end(self.pipeline.forget)
+        self.tasks.on_end(self.events.task_ended)
+        self._parts: list[Part] = []
+        self._stack: contextlib.AsyncExitStack | None = None
+        self.sweep_interval_s = 2.0  # how soon an expired task's tab and browser are let go
+        # Extra fields of `POST /v1/tasks`' answer, e.g. `parent_tool_bridge`.
+        self.task_extras: dict[str, TaskExtra] = {}
+        # Extra fields of `GET /v1/tasks/{id}`, e.g. `tab` and `browser` state.
+        self.task_probes: dict[str, Callable[[str], Any]] = {}
+
+    def add_part(
+        self,
+        name: str,
+        *,
+        start: Hook | None = None,
+        stop: Hook | None = None,
+        context: PartContext | None = None,
+    ) -> None:
+        """Run a part with the gateway: a `start` and `stop` pair, or an async `context`."""
+        if (context is None) == (start is None and stop is None):
+            raise ValueError(f"part {name!r}: give either start/stop or a context")
+        self._parts.append(Part(name, context or hooks(start, stop)))
+
+    @property
+    def parts(self) -> list[str]:
+        return [part.name for part in self._parts]
+
+    async def start(self) -> None:
+        if self._stack is not None:
+            raise RuntimeError("the gateway is already started")
+        stack = contextlib.AsyncExitStack()
+        try:
+            # Keys generated now, not when the gateway object was built.
+            self.settings.ensure_secrets()
+            self.tokens.use_keys(self.settings.secret_keys)
+            for secret in (*self.settings.secret_keys, self.settings.control_key or ""):
+                self.redactor.add_secret(secret)
+            await stack.enter_async_context(hooks(self.store.start, self.store.close)())
+            await self.tasks.load()
+            # Left before the store closes: the last aggregates of task events are written.
+            stack.push_async_callback(self.events.flush)
+            for part in [*self._parts, Part("task sweeper", self._sweeping)]:
+                try:
+                    await stack.enter_async_context(part.context())
+                except BaseException:
+                    log.error("the gateway's part %r did not start; stopping the others", part.name)
+                    raise
+        except BaseException:
+            await stack.aclose()
+            raise
+        self._stack = stack
+
+    async def stop(self) -> None:
+        stack, self._stack = self._stack, None
+        if stack is not None:
+            await stack.aclose()
+
+    @contextlib.asynccontextmanager
+    async def _sweeping(self) -> AsyncIterator[None]:
+        sweeper = asyncio.create_task(self._sweep_loop(), name="task-sweeper")
+        try:
+            yield
+        finally:
+            sweeper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await sweeper
+
+    async def _sweep_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.sweep_interval_s)
+            try:
+                await self.tasks.sweep()
+            except Exception:
+                log.exception("the task sweep failed")

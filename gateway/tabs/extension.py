@@ -1,0 +1,30 @@
+"""Installing the tab channel into a gateway: services, tools, hooks and routes."""
+
+from __future__ import annotations
+
+from starlette.routing import BaseRoute, WebSocketRoute
+
+from gateway.runtime import Gateway
+from gateway.tabs import shim
+from gateway.tabs.endpoint import endpoint
+from gateway.tabs.hub import TabConfig, TabHub
+from gateway.tabs.tools import register_ui_tools
+from gateway.tabs.views import Views
+
+
+def install(gw: Gateway) -> list[BaseRoute]:
+    views = gw.services.find(Views)
+    if views is None:
+        views = Views()
+        gw.services.provide(Views, views)
+    hub = TabHub(gw, views, gw.services.find(TabConfig))
+    gw.services.provide(TabHub, hub)
+    register_ui_tools(gw.registry)
+    gw.registry.on_change(hub.catalog_changed)
+    gw.tasks.on_end(hub.task_ended)
+    gw.add_part("tab channels", start=hub.start, stop=hub.stop)
+    gw.task_probes["tab"] = hub.describe
+    return [
+        WebSocketRoute("/v1/tabs", endpoint(hub)),
+        *shim.routes(gw.settings.dashboard_origins),
+    ]

@@ -1,0 +1,234 @@
+"""The control plane's task service: create tasks, authenticate their tokens, end them.
+
+A task's identity is captured here, from the control plane's request, and stored. Token
+verification returns that stored identity, never anything the caller sent. Ending a task
+is one durable revocation row; every token of the task fails from then on, across
+restarts. Other parts (tab channels, browsers) subscribe to task ends to release what
+they hold for it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import secrets
+import time
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from prometheus_client import Counter
+from pydantic import BaseModel, ConfigDict, Field
+
+from gateway.errors import AuthError, NotFound, TokenExpired, TokenRevoked
+from gateway.identity import Actor, Budget, Name, Sandbox, Scope, TaskIdentity, ToolPattern
+from gateway.store.database import Store, TaskRecord
+from gateway.tokens import Purpose, TokenClaims, TokenService
+
+log = logging.getLogger(__name__)
+
+EndListener = Callable[[str, str], Awaitable[None]]
+
+
+class TaskCreate(BaseModel):
+    """Body of `POST /v1/tasks`."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    actor: Actor
+    org_id: Name
+    sandbox: Sandbox
+    scopes: list[Scope] = Field(default_factory=list, max_length=256)
+    allowed_tools: list[ToolPattern] | None = Field(default=None, max_length=1024)
+    budget: Budget = Budget()
+    ttl_s: int | None = Field(default=None, ge=1)
+
+
+class TaskService:
+    def __init__(
+        self,
+        store: Store,
+        tokens: TokenService,
+        *,
+        ttl_by_purpose: dict[Purpose, int],
+        max_task_ttl_s: int = 3600,
+        clock: Callable[[], float] = time.time,
+        auth_failures: Counter | None = None,
+    ) -> None:
+        self.store = store
+        self.tokens = tokens
+        self._ttl = ttl_by_purpose
+        self._max_ttl = max_task_ttl_s
+        self._clock = clock
+        # Every refused token is counted here, whichever door presented it.
+        self._auth_failures = auth_failures
+        # Verified identities by task id. A task's identity never changes; its revocation
+        # is written here in the same step as in the store, so a hit is as good as a read.
+        self._cache: dict[str, TaskRecord] = {}
+        self._end_listeners: list[EndListener] = []
+        self._expired: set[str] = set()  # expiries already announced to listeners
+        self._forget_after_s = 3600.0
+
+    async def load(self) -> None:
+        """Warm the cache with the tasks that are still live (after a restart)."""
+        for record in await self.store.live_tasks(self._clock()):
+            self._cache[record.identity.task_id] = record
+
+    def live_ids(self) -> list[str]:
+        """Tasks this process knows that have not ended (expired ones included)."""
+        return [t for t, r in self._cache.items() if r.revoked_at is None]
+
+    def ended_ids(self) -> set[str]:
+        """Tasks this process knows that have ended."""
+        return {t for t, r in self._cache.items() if r.revoked_at is not None}
+
+    def active_count(self) -> int:
+        now = self._clock()
+        return sum(
+            1
+            for r in self._cache.values()
+            if r.revoked_at is None and now < r.identity.expires_at.timestamp()
+        )
+
+    async def sweep(self) -> list[str]:
+        """Tell listeners about tasks that expired since the last sweep; forget stale ones.
+
+        An expired task ends like an ended one for everything that holds resources for it
+        (tab channels, browser contexts). Entries are dropped from the cache once no token
+        of theirs can verify any more; a later lookup reads the store again.
+        """
+        now = self._clock()
+        newly_expired = []
+        for task_id, record in list(self._cache.items()):
+            expires = record.identity.expires_at.timestamp()
+            if record.revoked_at is None and now >= expires and task_id not in self._expired:
+                self._expired.add(task_id)
+                newly_expired.append(task_id)
+            if now >= expires + self._forget_after_s:
+                del self._cache[task_id]
+                self._expired.discard(task_id)
+        for task_id in newly_expired:
+            await self._notify_end(task_id, "expired")
+        return newly_expired
+
+    def on_end(self, listener: EndListener) -> Callable[[], None]:
+        """Call `listener(task_id, reason)` when a task ends or expires; returns the undo."""
+        self._end_listeners.append(listener)
+        return lambda: self._end_listeners.remove(listener)
+
+    async def create(self, request: TaskCreate) -> tuple[TaskIdentity, dict[str, str]]:
+        now = datetime.fromtimestamp(int(self._clock()), UTC)
+        ttl = min(request.ttl_s or self._max_ttl, self._max_ttl)
+        identity = TaskIdentity(
+            task_id=f"task_{secrets.token_hex(12)}",
+            actor=request.actor,
+            org_id=request.org_id,
+            sandbox=request.sandbox,
+            scopes=frozenset(request.scopes),
+            allowed_tools=tuple(request.allowed_tools)
+            if request.allowed_tools is not None
+            else None,
+            budget=request.budget,
+            created_at=now,
+            expires_at=now + timedelta(seconds=ttl),
+        )
+        await self.store.insert_task(identity)
+        self._cache[identity.task_id] = TaskRecord(identity, None, None)
+        return identity, self.mint_all(identity)
+
+    def mint_all(self, identity: TaskIdentity) -> dict[str, str]:
+        return {purpose.value: self.mint(identity, purpose) for purpose in Purpose}
+
+    def mint(self, identity: TaskIdentity, purpose: Purpose) -> str:
+        remaining = identity.expires_at.timestamp() - self._clock()
+        token, _ = self.tokens.mint(identity.task_id, purpose, min(self._ttl[purpose], remaining))
+        return token
+
+    async def record(self, task_id: str) -> TaskRecord | None:
+        cached = self._cache.get(task_id)
+        if cached is not None:
+            return cached
+        record = await self.store.get_task(task_id)
+        if record is not None:
+            self._cache[task_id] = record
+        return record
+
+    async def authenticate(self, token: str, purpose: Purpose) -> TaskIdentity:
+        """Verify a token for one purpose and return the task's stored identity."""
+        identity, _ = await self.authenticate_claims(token, purpose)
+        return identity
+
+    async def authenticate_claims(
+        self, token: str, purpose: Purpose
+    ) -> tuple[TaskIdentity, TokenClaims]:
+        try:
+            return await self._authenticate(token, purpose)
+        except AuthError as exc:
+            if self._auth_failures is not None:
+                self._auth_failures.labels(purpose.value, str(exc.code)).inc()
+            raise
+
+    async def _authenticate(self, token: str, purpose: Purpose) -> tuple[TaskIdentity, TokenClaims]:
+        claims = self.tokens.verify(token, purpose)
+        record = await self.record(claims.task_id)
+        if record is None:
+            raise AuthError("token names no known task")
+        if record.revoked_at is not None:
+            raise TokenRevoked()
+        if self._clock() >= record.identity.expires_at.timestamp():
+            raise TokenExpired("the task has expired")
+        return record.identity, claims
+
+    def status_of(self, record: TaskRecord) -> str:
+        if record.revoked_at is not None:
+            return "ended"
+        if self._clock() >= record.identity.expires_at.timestamp():
+            return "expired"
+        return "active"
+
+    async def get(self, task_id: str) -> TaskRecord:
+        record = await self.record(task_id)
+        if record is None:
+            raise NotFound("no such task")
+        return record
+
+    async def end(self, task_id: str, reason: str = "ended by the control plane") -> bool:
+        """End a task: revoke its tokens durably, then tell every listener. Idempotent."""
+        record = await self.get(task_id)
+        changed = await self.store.revoke_task(task_id, reason)
+        if changed or record.revoked_at is None:
+            self._cache[task_id] = TaskRecord(record.identity, self._clock(), reason)
+        if changed:
+            await self._notify_end(task_id, reason)
+        return changed
+
+    async def _notify_end(self, task_id: str, reason: str) -> None:
+        results = await asyncio.gather(
+            *(listener(task_id, reason) for listener in self._end_listeners),
+            return_exceptions=True,
+        )
+        for result in results:
+            if isinstance(result, BaseException):
+                log.error("a task-end listener failed for %s: %r", task_id, result)
+
+    def describe(self, record: TaskRecord) -> dict[str, Any]:
+        identity = record.identity
+        return {
+            "task_id": identity.task_id,
+            "status": self.status_of(record),
+            "org_id": identity.org_id,
+            "actor": identity.actor.model_dump(),
+            "sandbox": identity.sandbox.model_dump(mode="json"),
+            "scopes": sorted(identity.scopes),
+            "allowed_tools": list(identity.allowed_tools)
+            if identity.allowed_tools is not None
+            else None,
+            "budget": identity.budget.model_dump(exclude_none=True),
+            "created_at": identity.created_at.isoformat(),
+            "expires_at": identity.expires_at.isoformat(),
+            "ended_at": (
+                datetime.fromtimestamp(record.revoked_at, UTC).isoformat()
+                if record.revoked_at is not None
+                else None
+            ),
+        }

@@ -1,1 +1,0 @@
-../../../webmcp_js/webmcp.js
