@@ -20,6 +20,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+from bench.report import summary, write
 from examples.synthetic_app.models import RunRequest
 from examples.synthetic_app.serve import running_stack
 from examples.synthetic_app.store import who
@@ -30,8 +31,6 @@ from examples.synthetic_app.workflow import (
     sign_in,
     webmcp_door,
 )
-
-from bench.report import summary, write
 from gateway.chromium import find_chromium, launch_args
 from gateway.results import Door
 from gateway.settings import Settings

@@ -69,7 +69,7 @@ def gateway_app(data_dir: Path, *, evidence: bool = True) -> Any:
         title="No-op",
         description="Does nothing.",
         input_model=Empty,
-        annotations=ToolAnnotations(read_only=True),
+        annotations=ToolAnnotations(read_only_hint=True),
     )
     async def noop(_ctx: ToolContext, _args: Empty) -> dict[str, Any]:
         return {"ok": True}

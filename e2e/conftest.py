@@ -67,7 +67,7 @@ def register_demo_tools(gw: Gateway) -> None:
         description="Echo the text back, with who asked.",
         input_model=EchoInput,
         scopes=["demo"],
-        annotations=ToolAnnotations(read_only=True),
+        annotations=ToolAnnotations(read_only_hint=True),
     )
     async def echo(ctx: ToolContext, args: EchoInput) -> dict[str, Any]:
         return {"text": args.text, "actor": ctx.identity.actor.id, "task": ctx.identity.task_id}
@@ -79,7 +79,7 @@ def register_demo_tools(gw: Gateway) -> None:
         input_model=EchoInput,
         scopes=["demo"],
         roles=["admin"],
-        annotations=ToolAnnotations(consequential=True),
+        annotations=ToolAnnotations(consequential_hint=True),
     )
     async def admin_only(_ctx: ToolContext, args: EchoInput) -> dict[str, Any]:
         return {"ok": args.text}

@@ -27,17 +27,26 @@ ProgressFn = Callable[[float, float | None, str | None], Awaitable[None]]
 
 @dataclass(frozen=True)
 class ToolAnnotations:
-    """Hints a client can show; they never grant anything."""
+    """Hints a client can show; they never grant anything. Named as the WebMCP spec names
+    them (`readOnlyHint`, `consequentialHint`, `untrustedContentHint`); each door maps them
+    to its own words once (the MCP door: consequential is `destructiveHint`, untrusted
+    content is `openWorldHint`).
 
-    read_only: bool = False
-    consequential: bool = False
-    untrusted_content: bool = False
+    - `read_only_hint`: the tool changes nothing;
+    - `consequential_hint`: its effect is hard to undo, a client may ask the user first;
+    - `untrusted_content_hint`: its output carries content from outside the product (a web
+      page, a file) that a model must not take as instructions.
+    """
+
+    read_only_hint: bool = False
+    consequential_hint: bool = False
+    untrusted_content_hint: bool = False
 
     def as_dict(self) -> dict[str, bool]:
         return {
-            "readOnlyHint": self.read_only,
-            "destructiveHint": self.consequential,
-            "untrustedContentHint": self.untrusted_content,
+            "readOnlyHint": self.read_only_hint,
+            "consequentialHint": self.consequential_hint,
+            "untrustedContentHint": self.untrusted_content_hint,
         }
 
 

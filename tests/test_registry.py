@@ -39,7 +39,7 @@ def test_catalog_entries_carry_schema_and_hints() -> None:
         description="Read a file",
         input_model=Args,
         scopes=["files"],
-        annotations=ToolAnnotations(read_only=True),
+        annotations=ToolAnnotations(read_only_hint=True),
     )
     async def read(_ctx: ToolContext, _args: Args) -> None:
         return None

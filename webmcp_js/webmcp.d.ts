@@ -1,20 +1,23 @@
-// Types of webmcp.js, the gateway's tab channel and WebMCP shim.
+// Types of webmcp.js, the gateway's tab channel and WebMCP shim. The actions' own types come
+// from tab-rules.d.ts, generated from the gateway's models with the rules themselves.
 
-export type ActionType =
-  | "open_view"
-  | "populate_draft"
-  | "show_run_progress"
-  | "display_proposed_change"
-  | "read_view";
+import type {
+  ActionType,
+  DisplayProposedChangeAction,
+  OpenViewAction,
+  PopulateDraftAction,
+  ShowRunProgressAction,
+} from "./tab-rules.js";
 
-export interface OpenViewArgs { view: string; params: Record<string, unknown>; }
-export interface PopulateDraftArgs {
-  agent_id?: string;
-  fields: { name?: string; instructions?: string; model?: string; tools?: string[] };
-}
-export interface ShowRunProgressArgs { run_id: string; }
+export type { ActionType, UIAction } from "./tab-rules.js";
+
+/** What a handler receives: the action's fields without its `type`. */
+type Args<A> = Omit<A, "type">;
+export type OpenViewArgs = Args<OpenViewAction>;
+export type PopulateDraftArgs = Args<PopulateDraftAction>;
+export type ShowRunProgressArgs = Args<ShowRunProgressAction>;
 /** Free text: display with textContent, never innerHTML. */
-export interface DisplayProposedChangeArgs { title: string; summary?: string; diff?: string; }
+export type DisplayProposedChangeArgs = Args<DisplayProposedChangeAction>;
 
 export interface HandlerContext {
   /** The gateway's request id. */
@@ -73,7 +76,7 @@ export interface CatalogTool {
   title: string;
   description: string;
   input_schema: Record<string, unknown>;
-  annotations: { readOnlyHint?: boolean; destructiveHint?: boolean; untrustedContentHint?: boolean };
+  annotations: { readOnlyHint?: boolean; consequentialHint?: boolean; untrustedContentHint?: boolean };
   side_effects?: boolean;
 }
 

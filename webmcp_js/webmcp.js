@@ -9,39 +9,38 @@
 // against the same closed allowlist the gateway uses before the page's handler sees it, and
 // its strings are handed over as data: handlers must display them as text (textContent).
 
-const ACTION_FIELDS = {
-  open_view: ["view", "params"],
-  populate_draft: ["agent_id", "fields"],
-  show_run_progress: ["run_id"],
-  display_proposed_change: ["title", "summary", "diff"],
-  read_view: [],
-};
-export const ACTION_TYPES = Object.freeze(Object.keys(ACTION_FIELDS));
+import { RULES } from "./tab-rules.js";
+
+// Every rule an action must pass comes from the gateway's Python models, compiled into
+// tab-rules.js (`python -m gateway.tabs.rules`): the action types and their fields,
+// patterns and limits, the label rule, close codes and id formats. This module only applies
+// them, so the page holds the same line even if a gateway sent something it should not.
+export const ACTION_TYPES = Object.freeze(Object.keys(RULES.actions));
 
 export const CLOSE = Object.freeze({
-  POLICY: 1008,
-  TOO_LARGE: 1009,
-  SUPERSEDED: 4001,
-  TASK_ENDED: 4002,
-  TOKEN_EXPIRED: 4003,
+  POLICY: RULES.close.policy,
+  TOO_LARGE: RULES.close.too_large,
+  SUPERSEDED: RULES.close.superseded,
+  TASK_ENDED: RULES.close.task_ended,
+  TOKEN_EXPIRED: RULES.close.token_expired,
 });
 // After these the channel is over for this page: reconnecting cannot help.
 const FINAL_CLOSES = new Set([CLOSE.POLICY, CLOSE.SUPERSEDED, CLOSE.TASK_ENDED, CLOSE.TOKEN_EXPIRED]);
 
-const IDENTIFIER = /^[A-Za-z0-9_.:@-]{1,128}$/;
-const TOOL_NAME = /^[A-Za-z0-9_.-]{1,128}$/;
-const MODEL_NAME = /^[A-Za-z0-9_.:/@+-]{1,128}$/;
-const TAB_ID = /^[A-Za-z0-9_.:-]{1,128}$/;
-const CONTROL = /[\u0000-\u0008\u000b\u000c\u000e-\u001f\u007f-\u009f]/;
-const URL_SCHEME = /[a-z][a-z0-9+.-]*:\/\//;
-const PSEUDO_SCHEME = /(javascript|vbscript|data|file|blob|filesystem):/;
-const TAG = /<[a-z!/?]/;
+const TAB_ID = new RegExp(RULES.ids.tab);
+const CONTROL = new RegExp(RULES.label.control);
+const WHITESPACE = new RegExp(RULES.label.whitespace, "g");
+const URL_SCHEME = new RegExp(RULES.label.url);
+const PSEUDO_SCHEME = new RegExp(RULES.label.pseudo);
+const TAG = new RegExp(RULES.label.tag);
+const SURROGATE = /[\ud800-\udfff]/;
+const MAX_SCHEMA_DEPTH = 32;
 
-/** Why a label may not travel in a UI action, or null when it may (same rule as the gateway). */
+/** Why a label may not travel in a UI action, or null when it may (the gateway's rule). */
 export function unsafeReason(value) {
   if (typeof value !== "string") return "not a string";
   if (CONTROL.test(value)) return "control characters are not allowed";
-  const folded = value.replace(/\s+/g, "").toLowerCase();
+  const folded = value.replace(WHITESPACE, "").toLowerCase();
   if (URL_SCHEME.test(folded) || folded.startsWith("//") || folded.startsWith("\\\\")) {
     return "a URL is not allowed here";
   }
@@ -50,12 +49,13 @@ export function unsafeReason(value) {
   return null;
 }
 
+// Characters, as the gateway counts them (code points, not UTF-16 units).
 function length(text) {
-  return text.length <= 1000 ? text.length : Array.from(text).length;
+  return SURROGATE.test(text) ? Array.from(text).length : text.length;
 }
 
 function checkLabels(value, where, depth = 0) {
-  if (depth > 8) return `${where} is nested too deeply`;
+  if (depth > RULES.label.max_depth) return `${where} is nested too deeply`;
   if (typeof value === "string") {
     const reason = unsafeReason(value);
     return reason ? `${where}: ${reason}` : null;
@@ -80,31 +80,107 @@ function isPlainObject(value) {
   return value !== null && typeof value === "object" && !Array.isArray(value);
 }
 
-function checkText(value, where, max, { oneLine = false, label = false, optional = true } = {}) {
-  if (value === undefined && optional) return null;
+const compiled = new Map();
+function pattern(source) {
+  let regexp = compiled.get(source);
+  if (!regexp) compiled.set(source, (regexp = new RegExp(source)));
+  return regexp;
+}
+
+function resolve(schema, root) {
+  if (typeof schema.$ref !== "string") return schema;
+  const name = schema.$ref.split("/").pop();
+  return (root.$defs && root.$defs[name]) || {};
+}
+
+function checkString(value, schema, where) {
   if (typeof value !== "string") return `${where} must be a string`;
-  if (length(value) > max) return `${where} is longer than ${max}`;
-  if (value.includes("\u0000")) return `${where} must not contain NUL`;
-  if (oneLine && /[\r\n]/.test(value)) return `${where} must be one line`;
-  if (label) {
+  const size = length(value);
+  if (schema.minLength !== undefined && size < schema.minLength) {
+    return schema.minLength === 1 ? `${where} must not be empty` : `${where} is shorter than ${schema.minLength}`;
+  }
+  if (schema.maxLength !== undefined && size > schema.maxLength) return `${where} is longer than ${schema.maxLength}`;
+  if (schema.pattern !== undefined && !pattern(schema.pattern).test(value)) return `${where} is not in the allowed form`;
+  if (schema["x-text"] && value.includes("\u0000")) return `${where} must not contain NUL`;
+  if (schema["x-label"]) {
     const reason = unsafeReason(value);
     if (reason) return `${where}: ${reason}`;
   }
   return null;
 }
 
-function checkParams(params, view) {
-  const schema = (view && view.params_schema) || {};
-  const reason = checkLabels(params, "params");
-  if (reason) return reason;
-  const props = isPlainObject(schema.properties) ? schema.properties : {};
-  for (const name of Array.isArray(schema.required) ? schema.required : []) {
-    if (!(name in params)) return `params.${name} is required`;
-  }
-  if (schema.additionalProperties === false) {
-    for (const name of Object.keys(params)) if (!(name in props)) return `params.${name} is not allowed`;
+function checkNumber(value, schema, where) {
+  if (typeof value !== "number" || !Number.isFinite(value)) return `${where} must be a number`;
+  if (schema.type === "integer" && !Number.isInteger(value)) return `${where} must be a whole number`;
+  if (schema.minimum !== undefined && value < schema.minimum) return `${where} is below ${schema.minimum}`;
+  if (schema.maximum !== undefined && value > schema.maximum) return `${where} is above ${schema.maximum}`;
+  if (schema.exclusiveMinimum !== undefined && value <= schema.exclusiveMinimum) return `${where} is too small`;
+  if (schema.exclusiveMaximum !== undefined && value >= schema.exclusiveMaximum) return `${where} is too large`;
+  return null;
+}
+
+function checkArray(value, schema, where, root, depth) {
+  if (!Array.isArray(value)) return `${where} must be a list`;
+  if (schema.minItems !== undefined && value.length < schema.minItems) return `${where} has too few items`;
+  if (schema.maxItems !== undefined && value.length > schema.maxItems) return `${where} has more than ${schema.maxItems} items`;
+  if (isPlainObject(schema.items)) {
+    for (let i = 0; i < value.length; i++) {
+      const reason = checkSchema(value[i], schema.items, `${where}[${i}]`, root, depth + 1);
+      if (reason) return reason;
+    }
   }
   return null;
+}
+
+function checkObject(value, schema, where, root, depth) {
+  if (!isPlainObject(value)) return `${where} must be an object`;
+  const props = isPlainObject(schema.properties) ? schema.properties : {};
+  for (const name of Array.isArray(schema.required) ? schema.required : []) {
+    if (!(name in value)) return `${where}.${name} is required`;
+  }
+  for (const [name, item] of Object.entries(value)) {
+    const rule = Object.hasOwn(props, name) ? props[name] : schema.additionalProperties;
+    if (rule === false) return `${where} has no field ${name.slice(0, 64)}`;
+    if (isPlainObject(rule)) {
+      const reason = checkSchema(item, rule, `${where}.${name}`, root, depth + 1);
+      if (reason) return reason;
+    }
+  }
+  return null;
+}
+
+/** `value` against a JSON schema as the gateway's models write them; an error or null. */
+function checkSchema(value, schema, where, root, depth = 0) {
+  if (depth > MAX_SCHEMA_DEPTH) return `${where} is nested too deeply`;
+  schema = resolve(schema, root);
+  if (Array.isArray(schema.anyOf)) {
+    let first = null;
+    for (const option of schema.anyOf) {
+      const reason = checkSchema(value, option, where, root, depth + 1);
+      if (!reason) return null;
+      first = first || reason;
+    }
+    return first || `${where} is not allowed`;
+  }
+  if ("const" in schema && value !== schema.const) return `${where} is not allowed`;
+  if (Array.isArray(schema.enum) && !schema.enum.includes(value)) return `${where} is not one of the allowed values`;
+  switch (schema.type) {
+    case "null":
+      return value === null ? null : `${where} must be null`;
+    case "string":
+      return checkString(value, schema, where);
+    case "integer":
+    case "number":
+      return checkNumber(value, schema, where);
+    case "boolean":
+      return typeof value === "boolean" ? null : `${where} must be true or false`;
+    case "array":
+      return checkArray(value, schema, where, root, depth);
+    case "object":
+      return checkObject(value, schema, where, root, depth);
+    default:
+      return null;
+  }
 }
 
 /**
@@ -113,54 +189,16 @@ function checkParams(params, view) {
  */
 export function validateAction(action, views) {
   if (!isPlainObject(action)) return "the action must be an object";
-  const fields = ACTION_FIELDS[action.type];
-  if (!fields) return `unknown action ${String(action.type).slice(0, 64)}`;
-  for (const key of Object.keys(action)) {
-    if (key !== "type" && !fields.includes(key)) return `${action.type} has no field ${key.slice(0, 64)}`;
-  }
-  switch (action.type) {
-    case "open_view": {
-      if (typeof action.view !== "string" || !IDENTIFIER.test(action.view)) return "view must be a view name";
-      const view = (views || []).find((v) => v.name === action.view);
-      if (!view) return `no view named ${action.view} is registered`;
-      const params = action.params === undefined ? {} : action.params;
-      if (!isPlainObject(params)) return "params must be an object";
-      return checkParams(params, view);
-    }
-    case "populate_draft": {
-      if (action.agent_id !== undefined && (typeof action.agent_id !== "string" || !IDENTIFIER.test(action.agent_id))) {
-        return "agent_id must be an id";
-      }
-      const f = action.fields;
-      if (!isPlainObject(f)) return "fields must be an object";
-      for (const key of Object.keys(f)) {
-        if (!["name", "instructions", "model", "tools"].includes(key)) return `fields has no field ${key.slice(0, 64)}`;
-      }
-      const reason =
-        checkText(f.name, "fields.name", 200, { label: true }) ||
-        checkText(f.instructions, "fields.instructions", 20000) ||
-        checkText(f.model, "fields.model", 128, { label: true });
-      if (reason) return reason;
-      if (f.name !== undefined && f.name.length === 0) return "fields.name must not be empty";
-      if (f.model !== undefined && !MODEL_NAME.test(f.model)) return "fields.model must be a model name";
-      if (f.tools !== undefined) {
-        if (!Array.isArray(f.tools) || f.tools.length > 64) return "fields.tools must be a list of at most 64";
-        for (const tool of f.tools) if (typeof tool !== "string" || !TOOL_NAME.test(tool)) return "fields.tools must be tool names";
-      }
-      return null;
-    }
-    case "show_run_progress":
-      return typeof action.run_id === "string" && IDENTIFIER.test(action.run_id) ? null : "run_id must be an id";
-    case "display_proposed_change":
-      return (
-        checkText(action.title, "title", 200, { oneLine: true, optional: false }) ||
-        (action.title.length === 0 ? "title must not be empty" : null) ||
-        checkText(action.summary, "summary", 4000) ||
-        checkText(action.diff, "diff", 60000)
-      );
-    default:
-      return null;
-  }
+  const schema = Object.hasOwn(RULES.actions, action.type) ? RULES.actions[action.type] : null;
+  if (!schema) return `unknown action ${String(action.type).slice(0, 64)}`;
+  const { type: _type, ...fields } = action;
+  const reason = checkSchema(fields, schema, action.type, schema);
+  if (reason || action.type !== "open_view") return reason;
+  const view = (views || []).find((v) => v.name === action.view);
+  if (!view) return `no view named ${action.view} is registered`;
+  const params = action.params === undefined ? {} : action.params;
+  const paramsSchema = isPlainObject(view.params_schema) ? view.params_schema : {};
+  return checkLabels(params, "params") || checkSchema(params, paramsSchema, "params", paramsSchema);
 }
 
 /** Whether an action aimed at an older revision still fits the current view (same rule as the gateway). */
@@ -457,7 +495,7 @@ class GatewaySession extends EventTarget {
           params: view.params ?? {},
           revision: this.revision,
           selection: view.selection ?? {},
-          available_actions: view.available_actions ?? ["read_view", ...Object.keys(this._actions).filter((a) => a in ACTION_FIELDS)],
+          available_actions: view.available_actions ?? ["read_view", ...Object.keys(this._actions).filter((a) => Object.hasOwn(RULES.actions, a))],
         };
       } else {
         const handler = this._actions[type];
@@ -501,7 +539,7 @@ class GatewaySession extends EventTarget {
         annotations: {
           readOnlyHint: Boolean(hints.readOnlyHint),
           untrustedContentHint: Boolean(hints.untrustedContentHint),
-          consequentialHint: Boolean(hints.destructiveHint),
+          consequentialHint: Boolean(hints.consequentialHint),
         },
         execute: (input, client) => this._execute(tool.name, input, client && client.signal),
       };

@@ -234,8 +234,8 @@ async def screenshot(ctx: ToolContext, _args: ScreenshotInput) -> dict[str, Any]
 
 def register(registry: Registry, settings: Settings) -> None:
     snapshot_bytes = max(64 * 1024, settings.browser_snapshot_max_chars * 4 + 4096)
-    read = ToolAnnotations(read_only=True, untrusted_content=True)
-    act = ToolAnnotations(untrusted_content=True)
+    read = ToolAnnotations(read_only_hint=True, untrusted_content_hint=True)
+    act = ToolAnnotations(untrusted_content_hint=True)
     specs: list[tuple[str, str, str, type[BaseModel], Any, ToolAnnotations, bool, int]] = [
         (
             "browser.navigate",
@@ -306,7 +306,7 @@ def register(registry: Registry, settings: Settings) -> None:
             "A PNG of the visible page, kept as an artifact of the task.",
             ScreenshotInput,
             screenshot,
-            ToolAnnotations(read_only=True),
+            ToolAnnotations(read_only_hint=True),
             False,
             16 * 1024,
         ),

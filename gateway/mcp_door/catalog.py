@@ -4,12 +4,13 @@ The catalog is read from the registry on every `tools/list` (tools register whil
 gateway runs, and each identity sees its own); only the conversion of one unchanged
 entry is remembered.
 
-Hints, mapped from the registry's annotations:
-- `readOnlyHint`: the tool changes nothing.
-- `destructiveHint`: the tool's effect is consequential (hard to undo).
+Hints, mapped here (once) from the registry's annotations, which use the WebMCP spec's
+names:
+- `readOnlyHint` is `readOnlyHint`: the tool changes nothing.
+- `consequentialHint` becomes `destructiveHint`: its effect is hard to undo.
+- `untrustedContentHint` becomes `openWorldHint`: its output carries content from outside
+  the product (a web page, a file), which a model should not take as instructions.
 - `idempotentHint`: the tool has no side effects, so calling it again changes nothing more.
-- `openWorldHint`: its output carries content from outside the product (a web page, a
-  file), which a model should not take as instructions.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ def mcp_tool(entry: dict[str, Any]) -> types.Tool:
         annotations=types.ToolAnnotations(
             title=entry.get("title"),
             read_only_hint=bool(hints.get("readOnlyHint", False)),
-            destructive_hint=bool(hints.get("destructiveHint", False)),
+            destructive_hint=bool(hints.get("consequentialHint", False)),
             idempotent_hint=not entry.get("side_effects", False),
             open_world_hint=bool(hints.get("untrustedContentHint", False)),
         ),

@@ -11,6 +11,9 @@ The action's wire form is a JSON object with a `type` naming the action and its 
 `target_holds(action, view)` is the recheck the channel runs when the page moves to a new
 revision while an action aimed at the old one is still pending; the JS shim runs the same
 rule before it applies an action that arrived after a navigation.
+
+These models are the one source of the rules: `gateway.tabs.rules` compiles them into the
+ES module the shim imports (`webmcp_js/tab-rules.js`), and a test fails when it is stale.
 """
 
 from __future__ import annotations
@@ -52,6 +55,12 @@ def _plain_text(value: str) -> str:
     return value
 
 
+# Rules a JSON schema cannot say, named in the schema so the shim's generated copy of these
+# models (`webmcp_js/tab-rules.js`) applies them too: a label passes `unsafe_reason`; plain
+# text holds no NUL.
+AS_LABEL = Field(json_schema_extra={"x-label": True})
+AS_TEXT = Field(json_schema_extra={"x-text": True})
+
 Identifier = Annotated[
     str, StringConstraints(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9_.:@-]+$")
 ]
@@ -64,16 +73,22 @@ ModelName = Annotated[
     str,
     StringConstraints(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9_.:/@+-]+$"),
     AfterValidator(_safe_label),
+    AS_LABEL,
 ]
-Label = Annotated[str, StringConstraints(min_length=1, max_length=200), AfterValidator(_safe_label)]
+Label = Annotated[
+    str, StringConstraints(min_length=1, max_length=200), AfterValidator(_safe_label), AS_LABEL
+]
 Title = Annotated[
     str,
     StringConstraints(min_length=1, max_length=200, pattern=r"^[^\r\n]+$"),
     AfterValidator(_plain_text),
+    AS_TEXT,
 ]
-Instructions = Annotated[str, StringConstraints(max_length=20_000), AfterValidator(_plain_text)]
-Summary = Annotated[str, StringConstraints(max_length=4_000), AfterValidator(_plain_text)]
-Diff = Annotated[str, StringConstraints(max_length=60_000), AfterValidator(_plain_text)]
+Instructions = Annotated[
+    str, StringConstraints(max_length=20_000), AfterValidator(_plain_text), AS_TEXT
+]
+Summary = Annotated[str, StringConstraints(max_length=4_000), AfterValidator(_plain_text), AS_TEXT]
+Diff = Annotated[str, StringConstraints(max_length=60_000), AfterValidator(_plain_text), AS_TEXT]
 
 
 class _Action(BaseModel):

@@ -11,12 +11,10 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
-FrameId = Annotated[
-    str, StringConstraints(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9_.:-]+$")
-]
-TabId = Annotated[
-    str, StringConstraints(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9_.:-]+$")
-]
+FRAME_ID_PATTERN = r"^[A-Za-z0-9_.:-]{1,128}$"
+TAB_ID_PATTERN = r"^[A-Za-z0-9_.:-]{1,128}$"
+FrameId = Annotated[str, StringConstraints(pattern=FRAME_ID_PATTERN)]
+TabId = Annotated[str, StringConstraints(pattern=TAB_ID_PATTERN)]
 Revision = Annotated[int, Field(ge=0, le=2**53 - 1)]
 
 # Close codes of the tab channel.
@@ -85,6 +83,9 @@ class Pong(_Frame):
 IncomingFrame = Annotated[
     Reply | State | ToolCall | Cancel | Pong | Hello, Field(discriminator="type")
 ]
+INCOMING_TYPES = ("hello", "reply", "state", "tool_call", "cancel", "pong")
+# The frames this module builds below, one function each.
+OUTGOING_TYPES = ("welcome", "request", "cancel", "tool_result", "error", "bye", "ping")
 
 
 def welcome(

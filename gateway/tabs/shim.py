@@ -1,8 +1,10 @@
 """`GET /webmcp.js`: the JS shim, served with CORS headers for the dashboard origins.
 
-The one source of the file is `webmcp_js/webmcp.js` in the repository; the package carries
-it as `gateway/static/webmcp.js` (a link in a checkout, a copy in a built wheel), and it is
-read through importlib.resources so an installed gateway serves the same bytes.
+The one source of the files is `webmcp_js/` in the repository (`webmcp.js`, and the rules
+it imports, `tab-rules.js`, generated from the Python models); the package carries them in
+`gateway/static/` (links in a checkout, copies in a built wheel), read through
+importlib.resources so an installed gateway serves the same bytes. `GET /webmcp.js`
+imports `./tab-rules.js`, served beside it with the same CORS headers.
 """
 
 from __future__ import annotations
@@ -17,7 +19,8 @@ from starlette.routing import BaseRoute, Route
 
 from gateway.origins import origin_allowed
 
-SHIM_NAMES = ("webmcp.js", "webmcp.d.ts")
+TS_TYPE = "application/typescript; charset=utf-8"
+SHIM_NAMES = ("webmcp.js", "webmcp.d.ts", "tab-rules.js", "tab-rules.d.ts")
 
 
 @lru_cache(maxsize=4)
@@ -50,6 +53,6 @@ def routes(dashboard_origins: list[str]) -> list[BaseRoute]:
         return Route(f"/{name}", handler, methods=["GET", "OPTIONS"])
 
     return [
-        serve("webmcp.js", "text/javascript; charset=utf-8"),
-        serve("webmcp.d.ts", "application/typescript; charset=utf-8"),
+        serve(name, "text/javascript; charset=utf-8" if name.endswith(".js") else TS_TYPE)
+        for name in SHIM_NAMES
     ]

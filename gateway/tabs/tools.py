@@ -32,7 +32,7 @@ _TOOLS: tuple[tuple[str, str, str, type[BaseModel], ToolAnnotations, bool], ...]
         "What the task's dashboard tab shows now: view, params, selection, revision and "
         "the actions it offers.",
         ReadViewArgs,
-        ToolAnnotations(read_only=True, untrusted_content=True),
+        ToolAnnotations(read_only_hint=True, untrusted_content_hint=True),
         False,
     ),
     (

@@ -108,7 +108,7 @@ WORKSPACE_TOOLS: tuple[Tool, ...] = (
         input_model=ReadInput,
         handler=_read,
         scopes=frozenset({READ_SCOPE}),
-        annotations=ToolAnnotations(read_only=True, untrusted_content=True),
+        annotations=ToolAnnotations(read_only_hint=True, untrusted_content_hint=True),
         max_output_bytes=2 * 1024 * 1024,
     ),
     Tool(
@@ -118,7 +118,7 @@ WORKSPACE_TOOLS: tuple[Tool, ...] = (
         input_model=SearchInput,
         handler=_search,
         scopes=frozenset({READ_SCOPE}),
-        annotations=ToolAnnotations(read_only=True, untrusted_content=True),
+        annotations=ToolAnnotations(read_only_hint=True, untrusted_content_hint=True),
         max_output_bytes=512 * 1024,
     ),
     Tool(
@@ -128,7 +128,7 @@ WORKSPACE_TOOLS: tuple[Tool, ...] = (
         input_model=WriteInput,
         handler=_write,
         scopes=frozenset({WRITE_SCOPE}),
-        annotations=ToolAnnotations(consequential=True),
+        annotations=ToolAnnotations(consequential_hint=True),
         side_effects=True,
     ),
     Tool(
@@ -138,7 +138,7 @@ WORKSPACE_TOOLS: tuple[Tool, ...] = (
         input_model=EditInput,
         handler=_edit,
         scopes=frozenset({WRITE_SCOPE}),
-        annotations=ToolAnnotations(consequential=True),
+        annotations=ToolAnnotations(consequential_hint=True),
         side_effects=True,
     ),
 )

@@ -60,7 +60,7 @@ def register_test_tools(gw: Gateway, probe: Probe) -> None:
         title="No-op",
         description="Returns at once.",
         input_model=Empty,
-        annotations=ToolAnnotations(read_only=True),
+        annotations=ToolAnnotations(read_only_hint=True),
     )
     async def noop(ctx: ToolContext, _args: Empty) -> dict[str, Any]:
         probe.identities.append(ctx.identity.task_id)
@@ -109,7 +109,7 @@ def register_test_tools(gw: Gateway, probe: Probe) -> None:
         description="A side effect.",
         input_model=WriteInput,
         side_effects=True,
-        annotations=ToolAnnotations(consequential=True),
+        annotations=ToolAnnotations(consequential_hint=True),
     )
     async def write(_ctx: ToolContext, args: WriteInput) -> dict[str, Any]:
         probe.writes.append(args.note)
