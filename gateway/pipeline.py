@@ -30,7 +30,7 @@ from gateway.redaction import Redactor
 from gateway.registry import ProgressFn, Registry, Services, Tool, ToolContext
 from gateway.results import Door, ErrorCode, ToolError, ToolResult, ToolStatus
 from gateway.store.database import Store, new_id
-from gateway.tasks import TaskService
+from gateway.tasks import TaskService, TaskStatus
 
 log = logging.getLogger(__name__)
 
@@ -248,7 +248,7 @@ class Pipeline:
         record = await self.tasks.record(identity.task_id)
         if record is None or record.revoked_at is not None:
             raise ToolFailure(ToolStatus.DENIED, ErrorCode.REVOKED, "the task has ended")
-        if self.tasks.status_of(record) == "expired":
+        if self.tasks.status_of(record) is TaskStatus.EXPIRED:
             raise ToolFailure(ToolStatus.DENIED, ErrorCode.INVALID_TOKEN, "the task has expired")
 
     @staticmethod

@@ -15,6 +15,7 @@ import secrets
 import time
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
+from enum import StrEnum
 from typing import Any
 
 from prometheus_client import Counter
@@ -28,6 +29,14 @@ from gateway.tokens import Purpose, TokenClaims, TokenService
 log = logging.getLogger(__name__)
 
 EndListener = Callable[[str, str], Awaitable[None]]
+
+
+class TaskStatus(StrEnum):
+    """A task's state, as `GET /v1/tasks/{id}` says it."""
+
+    ACTIVE = "active"
+    ENDED = "ended"
+    EXPIRED = "expired"
 
 
 class TaskCreate(BaseModel):
@@ -153,6 +162,10 @@ class TaskService:
             self._cache[task_id] = record
         return record
 
+    def claims(self, token: str, purpose: Purpose) -> TokenClaims:
+        """The token's own claims (signature, purpose, age), whatever its task's state."""
+        return self.tokens.verify(token, purpose)
+
     async def authenticate(self, token: str, purpose: Purpose) -> TaskIdentity:
         """Verify a token for one purpose and return the task's stored identity."""
         identity, _ = await self.authenticate_claims(token, purpose)
@@ -179,12 +192,12 @@ class TaskService:
             raise TokenExpired("the task has expired")
         return record.identity, claims
 
-    def status_of(self, record: TaskRecord) -> str:
+    def status_of(self, record: TaskRecord) -> TaskStatus:
         if record.revoked_at is not None:
-            return "ended"
+            return TaskStatus.ENDED
         if self._clock() >= record.identity.expires_at.timestamp():
-            return "expired"
-        return "active"
+            return TaskStatus.EXPIRED
+        return TaskStatus.ACTIVE
 
     async def get(self, task_id: str) -> TaskRecord:
         record = await self.record(task_id)

@@ -18,7 +18,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from gateway.bridge.delegation_envelopes import HostDelegationRequest
 from gateway.identity import TaskIdentity
-from gateway.pipeline import Pipeline
+from gateway.ports import CallRunner
 from gateway.results import Door, ToolResult
 
 MAX_STEPS = 32
@@ -28,10 +28,11 @@ EmitFn = Callable[[dict[str, Any]], Awaitable[None]]
 
 @dataclass
 class DelegationContext:
-    """What an adapter may use: the calling task's identity, the pipeline, an event sink."""
+    """What an adapter may use: the calling task's identity, the call runner (the
+    pipeline), an event sink."""
 
     identity: TaskIdentity
-    pipeline: Pipeline
+    pipeline: CallRunner
     emit: EmitFn
 
     async def call(

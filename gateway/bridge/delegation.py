@@ -31,7 +31,7 @@ from gateway.bridge.metrics import BridgeMetrics
 from gateway.bridge.schemas import DELEGATION_REQUEST_SCHEMA, DELEGATION_RESULT_SCHEMA
 from gateway.bridge.validation import EnvelopeInvalid, parse_envelope
 from gateway.identity import TaskIdentity
-from gateway.runtime import Gateway
+from gateway.ports import CallRunner, EventRecorder
 
 log = logging.getLogger(__name__)
 
@@ -89,8 +89,16 @@ def _timeout_s(request: HostDelegationRequest) -> float:
 
 
 class DelegationService:
-    def __init__(self, gw: Gateway, hosts: DelegationHosts, metrics: BridgeMetrics) -> None:
-        self.gw = gw
+    def __init__(
+        self,
+        *,
+        calls: CallRunner,
+        events: EventRecorder,
+        hosts: DelegationHosts,
+        metrics: BridgeMetrics,
+    ) -> None:
+        self.calls = calls
+        self.events = events
         self.hosts = hosts
         self.metrics = metrics
 
@@ -111,7 +119,7 @@ class DelegationService:
             adapter=adapter,
             data=dict(data or {}),
         )
-        await self.gw.pipeline.record_event(identity, EVENT_KIND, envelope.wire())
+        await self.events.record(identity, EVENT_KIND, envelope.wire())
 
     def _count(self, result: HostDelegationResult) -> HostDelegationResult:
         self.metrics.delegations.labels(
@@ -149,7 +157,7 @@ class DelegationService:
                 identity, request.request_id, "adapter_event", adapter=adapter.name, data=data
             )
 
-        context = DelegationContext(identity=identity, pipeline=self.gw.pipeline, emit=emit)
+        context = DelegationContext(identity=identity, pipeline=self.calls, emit=emit)
         await self._event(identity, request.request_id, "dispatched", adapter=adapter.name)
         try:
             payload = await asyncio.wait_for(

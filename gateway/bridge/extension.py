@@ -12,6 +12,7 @@ from gateway.bridge.delegation import DelegationService
 from gateway.bridge.host import ParentToolHost
 from gateway.bridge.metrics import BridgeMetrics
 from gateway.bridge.offer import task_extra
+from gateway.http.edge import Access
 from gateway.runtime import Gateway
 
 
@@ -25,6 +26,17 @@ def install(gw: Gateway) -> list[BaseRoute]:
     if hosts.get(LocalRegistryAdapter.name) is None:
         hosts.add(LocalRegistryAdapter())
     gw.task_extras["parent_tool_bridge"] = task_extra(gw.registry, gw.settings.base_url)
-    host = ParentToolHost(gw, metrics)
-    delegations = DelegationService(gw, hosts, metrics)
-    return routes.routes(gw, host, delegations)
+    host = ParentToolHost(
+        calls=gw.pipeline,
+        registry=gw.registry,
+        events=gw.events,
+        store=gw.store,
+        redactor=gw.redactor,
+        data_dir=gw.settings.data_dir,
+        metrics=metrics,
+    )
+    delegations = DelegationService(
+        calls=gw.pipeline, events=gw.events, hosts=hosts, metrics=metrics
+    )
+    access = Access(lambda: gw.settings.control_key, gw.tasks)
+    return routes.routes(access, gw.settings.max_body_bytes, host, delegations)

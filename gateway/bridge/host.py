@@ -16,6 +16,7 @@ is in the result's `artifacts.transcripts`.
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 from typing import Any
 
 from gateway.bridge import transcript
@@ -30,21 +31,21 @@ from gateway.bridge.metrics import BridgeMetrics
 from gateway.bridge.offer import allowed_tools
 from gateway.bridge.schemas import REQUEST_SCHEMA
 from gateway.bridge.validation import EnvelopeInvalid, parse_envelope
-from gateway.errors import GatewayError
+from gateway.errors import GatewayError, ToolFailure
 from gateway.identity import TaskIdentity
+from gateway.ports import CallRunner, EventRecorder
+from gateway.redaction import Redactor
+from gateway.registry import Registry
 from gateway.results import Door, ErrorCode, ToolResult, ToolStatus
-from gateway.runtime import Gateway
+from gateway.store.database import Store
 
 log = logging.getLogger(__name__)
 
 CAPABILITIES = frozenset({"read", "write"})
 
 
-class _Denied(Exception):
-    def __init__(self, code: str, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
+def _denied(code: str, message: str) -> ToolFailure:
+    return ToolFailure(ToolStatus.DENIED, code, message)
 
 
 def _echo(body: Any, key: str, limit: int) -> str:
@@ -56,10 +57,23 @@ def _echo(body: Any, key: str, limit: int) -> str:
 
 
 class ParentToolHost:
-    def __init__(self, gw: Gateway, metrics: BridgeMetrics) -> None:
-        self.gw = gw
+    def __init__(
+        self,
+        *,
+        calls: CallRunner,
+        registry: Registry,
+        events: EventRecorder,
+        store: Store,
+        redactor: Redactor,
+        data_dir: Path,
+        metrics: BridgeMetrics,
+    ) -> None:
+        self.calls = calls
+        self.registry = registry
+        self.events = events
+        self.store = store
+        self.redactor = redactor
         self.metrics = metrics
-        data_dir = gw.settings.data_dir
         self._host_paths = sorted({str(data_dir.resolve()), str(data_dir.absolute())})
 
     async def handle(
@@ -77,30 +91,30 @@ class ParentToolHost:
                 tool=_echo(body, "tool", 128),
                 diagnostics=exc.diagnostics(),
             )
-            self.gw.events.repeated(identity, "parent-tool.rejected", {"reason": exc.message})
+            self.events.repeated(identity, "parent-tool.rejected", {"reason": exc.message})
             return 422, await self._finish(identity, token, body, result, None)
 
         try:
             self._authorize(identity, request)
-        except _Denied as exc:
+        except ToolFailure as exc:
             result = failure(
-                ToolStatus.DENIED,
-                exc.code,
+                exc.tool_status,
+                str(exc.code),
                 exc.message,
                 request_id=request.request_id,
                 tool=request.tool,
                 operation=request.operation,
             )
-            self.gw.events.repeated(
+            self.events.repeated(
                 identity,
                 "parent-tool.denied",
                 {"request_id": request.request_id, "tool": request.tool, "code": exc.code},
             )
             return 200, await self._finish(identity, token, request.wire(), result, None)
 
-        tool = self.gw.registry.get(request.tool)
+        tool = self.registry.get(request.tool)
         assert tool is not None  # _authorize refuses unknown tools
-        outcome = await self.gw.pipeline.call(
+        outcome = await self.calls.call(
             identity,
             request.tool,
             request.input,
@@ -116,34 +130,32 @@ class ParentToolHost:
     def _authorize(self, identity: TaskIdentity, request: ParentToolRequest) -> None:
         session = request.sandbox_session
         if session.task_id is not None and session.task_id != identity.task_id:
-            raise _Denied(ErrorCode.FORBIDDEN, "the request names another task's session")
+            raise _denied(ErrorCode.FORBIDDEN, "the request names another task's session")
         if request.operation != "call":
-            raise _Denied(
+            raise _denied(
                 ErrorCode.FORBIDDEN, f"operation {request.operation[:64]!r} is not authorized"
             )
-        tool = self.gw.registry.get(request.tool)
+        tool = self.registry.get(request.tool)
         if tool is None:
-            raise _Denied(
+            raise _denied(
                 ErrorCode.UNKNOWN_TOOL, f"no tool named {request.tool!r} is available to this task"
             )
-        if request.tool not in allowed_tools(identity, self.gw.registry) or not tool.permits(
-            identity
-        ):
-            raise _Denied(
+        if request.tool not in allowed_tools(identity, self.registry) or not tool.permits(identity):
+            raise _denied(
                 ErrorCode.FORBIDDEN, f"{request.tool!r} is not on this task's bridge allowlist"
             )
         claimed = request.authorization.allowed_tools
         if claimed and request.tool not in claimed:
             # The sandbox's own policy excludes the tool: honour the narrower of the two.
-            raise _Denied(
+            raise _denied(
                 ErrorCode.FORBIDDEN, f"{request.tool!r} is outside the request's own allowlist"
             )
         capability = request.authorization.capability
         if capability is not None:
             if capability not in CAPABILITIES:
-                raise _Denied(ErrorCode.FORBIDDEN, f"capability {capability[:64]!r} is unknown")
+                raise _denied(ErrorCode.FORBIDDEN, f"capability {capability[:64]!r} is unknown")
             if capability == "read" and tool.side_effects:
-                raise _Denied(
+                raise _denied(
                     ErrorCode.FORBIDDEN,
                     f"{request.tool!r} has side effects; 'read' does not cover it",
                 )
@@ -155,7 +167,7 @@ class ParentToolHost:
         if outcome.error is not None:
             error = ResultError(
                 code=outcome.error.code[:128],
-                message=self.gw.redactor.text(outcome.error.message)[:4096],
+                message=self.redactor.text(outcome.error.message)[:4096],
                 retryable=outcome.error.retryable,
             )
         diagnostics: dict[str, Any] = {
@@ -164,7 +176,7 @@ class ParentToolHost:
             "truncated": outcome.truncated,
         }
         if outcome.error is not None and outcome.error.details:
-            diagnostics["details"] = self.gw.redactor.value(outcome.error.details)
+            diagnostics["details"] = self.redactor.value(outcome.error.details)
         return ParentToolResult(
             request_id=request.request_id,
             tool=request.tool,
@@ -190,8 +202,8 @@ class ParentToolHost:
         self.metrics.requests.labels(result.status, code).inc()
         try:
             ref = await transcript.persist(
-                self.gw.store,
-                self.gw.redactor,
+                self.store,
+                self.redactor,
                 identity,
                 request=request_body,
                 result=result.wire(),

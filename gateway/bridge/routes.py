@@ -23,8 +23,7 @@ from gateway.bridge.envelopes import failure
 from gateway.bridge.host import ParentToolHost
 from gateway.bridge.schemas import DELEGATIONS_PATH, PARENT_TOOLS_PATH
 from gateway.errors import AuthError, GatewayError
-from gateway.http.edge import agent_identity, bearer, read_json
-from gateway.runtime import Gateway
+from gateway.http.edge import Access, bearer, read_json
 from gateway.tokens import Purpose
 
 
@@ -33,14 +32,16 @@ def _reply(status: int, body: dict[str, Any]) -> Response:
     return JSONResponse(body, status_code=status, headers=headers)
 
 
-def routes(gw: Gateway, host: ParentToolHost, delegations: DelegationService) -> list[BaseRoute]:
+def routes(
+    access: Access, max_body_bytes: int, host: ParentToolHost, delegations: DelegationService
+) -> list[BaseRoute]:
     async def parent_tools(request: Request) -> Response:
         try:
-            identity = await agent_identity(gw, request, Purpose.BRIDGE)
+            identity = await access.task_identity(request, Purpose.BRIDGE)
         except AuthError as exc:
             return _reply(401, failure("denied", str(exc.code), exc.message).wire())
         try:
-            body = await read_json(request, gw.settings.max_body_bytes)
+            body = await read_json(request, max_body_bytes)
         except GatewayError as exc:
             result = failure("failed", str(exc.code), exc.message)
             return _reply(exc.http_status, result.wire())
@@ -49,11 +50,11 @@ def routes(gw: Gateway, host: ParentToolHost, delegations: DelegationService) ->
 
     async def delegate(request: Request) -> Response:
         try:
-            identity = await agent_identity(gw, request, Purpose.AGENT)
+            identity = await access.task_identity(request, Purpose.AGENT)
         except AuthError as exc:
             return _reply(401, delegation_failure(str(exc.code), exc.message).wire())
         try:
-            body = await read_json(request, gw.settings.max_body_bytes)
+            body = await read_json(request, max_body_bytes)
         except GatewayError as exc:
             return _reply(exc.http_status, delegation_failure(str(exc.code), exc.message).wire())
         status, result = await delegations.handle(identity, body)

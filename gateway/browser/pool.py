@@ -24,7 +24,8 @@ from gateway.identity import TaskIdentity
 from gateway.results import ErrorCode, ToolStatus
 from gateway.settings import Settings
 
-from .processes import BrowserProcess, BrowserProcesses, browser_unavailable
+from .errors import browser_unavailable
+from .processes import BrowserProcess, BrowserProcesses
 from .session import BrowserSession, EvidenceSink
 
 log = logging.getLogger(__name__)
@@ -231,7 +232,7 @@ class BrowserPool:
         return await self._open_on(await self.processes.pick())
 
     async def _open_on(self, process: BrowserProcess) -> BrowserSession:
-        process.contexts += 1
+        process.context_opened()
         try:
             session = await asyncio.wait_for(
                 BrowserSession.open(
@@ -239,17 +240,18 @@ class BrowserPool:
                     self.sink,
                     snapshot_max_chars=self.settings.browser_snapshot_max_chars,
                     trace=self.settings.browser_trace,
+                    keep_screenshots=self.settings.browser_screenshots,
                 ),
                 OPEN_TIMEOUT_S,
             )
         except TimeoutError:
-            process.contexts -= 1
+            process.context_closed()
             raise browser_unavailable("the browser did not open a context in time") from None
         except ToolFailure:
-            process.contexts -= 1
+            process.context_closed()
             raise
         except Exception as exc:
-            process.contexts -= 1
+            process.context_closed()
             raise browser_unavailable(f"the browser could not open a context: {exc}") from exc
         return session
 
@@ -268,7 +270,7 @@ class BrowserPool:
         try:
             await session.close(reason)
         finally:
-            session.process.contexts -= 1
+            session.process.context_closed()
 
     def _close_later(self, session: BrowserSession, reason: str) -> None:
         task = asyncio.ensure_future(self._close(session, reason))
@@ -333,7 +335,7 @@ class BrowserPool:
     def _process_died(self, process: BrowserProcess) -> None:
         for session in self._sessions.values():
             if session.process is process:
-                session.lost = session.lost or "the browser process ended"
+                session.lose("the browser process ended")
         for session in [s for s in self._warm if s.process is process]:
             self._warm.remove(session)
             self._close_later(session, "its browser process ended")

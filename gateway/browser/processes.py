@@ -24,9 +24,9 @@ from playwright.async_api import Error as PlaywrightError
 
 from gateway.chromium import dropped_features, find_chromium, launch_args
 from gateway.errors import ToolFailure
-from gateway.results import ErrorCode, ToolStatus
 from gateway.settings import Settings
 
+from .errors import browser_unavailable
 from .guard_probe import GuardBypassed, probe_guard
 from .jail import BrowserJail, JailUnavailable, network_namespace
 from .memory import command_line, find_browser_pid
@@ -55,12 +55,6 @@ TASK_BROWSER_DISABLED_FEATURES = (
 LAUNCH_TIMEOUT_S = 30.0
 
 
-def browser_unavailable(message: str) -> ToolFailure:
-    return ToolFailure(
-        ToolStatus.UNAVAILABLE, ErrorCode.BROWSER_UNAVAILABLE, message, retryable=True
-    )
-
-
 @dataclass(eq=False)
 class BrowserProcess:
     """One Chromium (or one connection to a remote Playwright server)."""
@@ -72,9 +66,15 @@ class BrowserProcess:
     # The jail whose guard socket this browser's contexts use (None: the browser reaches
     # the gateway's loopback, where each context's proxy listens on a port of its own).
     jail: BrowserJail | None = None
-    contexts: int = 0
+    contexts: int = 0  # task and warm contexts open on it (the pool's load measure)
     alive: bool = True
     died: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def context_opened(self) -> None:
+        self.contexts += 1
+
+    def context_closed(self) -> None:
+        self.contexts -= 1
 
 
 DeathListener = Callable[[BrowserProcess], None]

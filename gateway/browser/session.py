@@ -25,7 +25,6 @@ from urllib.parse import urlsplit
 
 from playwright.async_api import BrowserContext, Download, Frame, Page
 from playwright.async_api import Error as PlaywrightError
-from playwright.async_api import TimeoutError as PlaywrightTimeout
 
 from gateway.errors import ToolFailure
 from gateway.identity import TaskIdentity
@@ -33,9 +32,10 @@ from gateway.registry import ToolContext
 from gateway.results import ErrorCode, ToolStatus
 from gateway.store.database import ArtifactRef
 
+from .errors import browser_unavailable, map_playwright_error
 from .guard_proxy import BlockedRequest, OriginProxy
 from .policy import BLANK, is_browser_service, page_url_allowed
-from .processes import BrowserProcess, browser_unavailable
+from .processes import BrowserProcess
 from .snapshot import PRIVATE_FIELD_VALUES, Snapshot, build_snapshot, mask_secrets
 
 log = logging.getLogger(__name__)
@@ -45,6 +45,7 @@ CLOSE_TIMEOUT_S = 10.0
 POPUP_WAIT_MS = 1000
 SETTLE_TIMEOUT_S = 3.0
 SNAPSHOT_TIMEOUT_MS = 30_000
+SCREENSHOT_TIMEOUT_MS = 10_000
 
 
 @dataclass(frozen=True)
@@ -81,6 +82,7 @@ class BrowserSession:
         *,
         snapshot_max_chars: int,
         trace: bool,
+        keep_screenshots: bool = False,
     ) -> None:
         self.process = process
         self.context = context
@@ -90,6 +92,8 @@ class BrowserSession:
         self.identity: TaskIdentity | None = None
         self.snapshot_max_chars = snapshot_max_chars
         self.trace = trace
+        # Each acting call leaves a screenshot artifact (`browser_screenshots`).
+        self.keep_screenshots = keep_screenshots
         self.created_at = time.time()
         self.last_used = time.monotonic()
         self.lost: str | None = None  # why the browser under this session is gone
@@ -114,7 +118,13 @@ class BrowserSession:
 
     @classmethod
     async def open(
-        cls, process: BrowserProcess, sink: EvidenceSink, *, snapshot_max_chars: int, trace: bool
+        cls,
+        process: BrowserProcess,
+        sink: EvidenceSink,
+        *,
+        snapshot_max_chars: int,
+        trace: bool,
+        keep_screenshots: bool = False,
     ) -> BrowserSession:
         """A fresh context and page that can reach nothing until `assign` names a task."""
         holder: list[BrowserSession] = []
@@ -147,6 +157,7 @@ class BrowserSession:
             sink,
             snapshot_max_chars=snapshot_max_chars,
             trace=trace,
+            keep_screenshots=keep_screenshots,
         )
         holder.append(session)
         session._watch()
@@ -158,7 +169,7 @@ class BrowserSession:
         # navigate to the page), which `framenavigated` cannot tell from a same-document move.
         self.page.on("domcontentloaded", self._new_document)
         self.page.on("download", self._download)
-        self.page.on("crash", lambda _page: self._lose("the task's page crashed"))
+        self.page.on("crash", lambda _page: self.lose("the task's page crashed"))
         self.context.on("page", self._popup)
 
     async def assign(self, identity: TaskIdentity) -> None:
@@ -265,7 +276,8 @@ class BrowserSession:
         with contextlib.suppress(PlaywrightError):
             await popup.close()
 
-    def _lose(self, why: str) -> None:
+    def lose(self, why: str) -> None:
+        """The browser under this session is gone (its first reason is kept)."""
         if self.lost is None:
             self.lost = why
 
@@ -299,7 +311,9 @@ class BrowserSession:
             except ToolFailure as exc:
                 error = exc
             except PlaywrightError as exc:
-                error = self._map_error(exc)
+                error = map_playwright_error(exc, browser_alive=self.process.alive)
+                if error.code == ErrorCode.BROWSER_UNAVAILABLE:
+                    self.lose("the browser process ended")
             if self.lost is None:
                 await self._settle()
             ctx.evidence["page"] = self.url[:2048]
@@ -343,19 +357,24 @@ class BrowserSession:
             details={"blocked": [v.public() for v in pending][:20], "page": self.url[:512]},
         )
 
-    def _map_error(self, exc: PlaywrightError) -> ToolFailure:
-        message = (exc.message or str(exc)).splitlines()[0][:300] if str(exc) else "browser error"
-        if isinstance(exc, PlaywrightTimeout):
-            return ToolFailure(ToolStatus.TIMEOUT, ErrorCode.TIMEOUT, message, retryable=True)
-        if (
-            not self.process.alive
-            or type(exc).__name__ == "TargetClosedError"
-            or "has been closed" in message
-            or "crashed" in message
-        ):
-            self._lose("the browser process ended")
-            return browser_unavailable(f"the task's browser is gone: {message}")
-        return ToolFailure(ToolStatus.FAILED, ErrorCode.HANDLER_ERROR, message)
+    # -- screenshots --------------------------------------------------------------------
+
+    async def screenshot(self, timeout_ms: float = SCREENSHOT_TIMEOUT_MS) -> bytes:
+        """A PNG of the page, taken under the session's lock (never mid-action)."""
+        async with self.lock:
+            if self.lost is not None:
+                raise self._gone()
+            try:
+                return await self.page.screenshot(type="png", timeout=timeout_ms)
+            except PlaywrightError as exc:
+                raise map_playwright_error(exc, browser_alive=self.process.alive) from None
+
+    async def keep_screenshot(self, identity: TaskIdentity) -> ArtifactRef:
+        """A screenshot kept as an artifact of the task."""
+        return await self.keep_png(identity, await self.screenshot())
+
+    async def keep_png(self, identity: TaskIdentity, data: bytes) -> ArtifactRef:
+        return await self.sink.put_artifact(identity, data, "screenshot.png", "image/png")
 
     # -- snapshots ----------------------------------------------------------------------
 

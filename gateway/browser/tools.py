@@ -7,6 +7,7 @@ belong to that snapshot; the evidence of each call names the page it acted on.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -14,12 +15,14 @@ from playwright.async_api import Error as PlaywrightError
 from playwright.async_api import Page
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from gateway.errors import ToolFailure
 from gateway.registry import Registry, Tool, ToolAnnotations, ToolContext
 from gateway.settings import Settings
 
+from .errors import first_line
 from .policy import resolve_target
 from .pool import BrowserPool
-from .session import BrowserSession
+from .session import SCREENSHOT_TIMEOUT_MS, BrowserSession
 from .snapshot import PRIVATE_FIELD_CHECK, REF_PATTERN, Snapshot, resolve_ref
 
 SCOPE = "browser"
@@ -93,19 +96,6 @@ async def _session(ctx: ToolContext) -> BrowserSession:
     return await ctx.service(BrowserPool).session_for(ctx.identity)
 
 
-async def _keep_screenshot(ctx: ToolContext, session: BrowserSession) -> None:
-    """With `browser_screenshots` on, each acting call leaves a screenshot in its evidence."""
-    pool = ctx.service(BrowserPool)
-    if not pool.settings.browser_screenshots or session.lost is not None:
-        return
-    try:
-        data = await session.page.screenshot(type="png", timeout=ACTION_TIMEOUT_MS)
-    except Exception:
-        return
-    ref = await pool.sink.put_artifact(ctx.identity, data, "screenshot.png", "image/png")
-    ctx.evidence["screenshot"] = ref.id
-
-
 async def _acted(
     ctx: ToolContext, session: BrowserSession, act: Callable[[Page], Awaitable[dict[str, Any]]]
 ) -> dict[str, Any]:
@@ -114,6 +104,16 @@ async def _acted(
     result["url"] = session.url
     await _keep_screenshot(ctx, session)
     return result
+
+
+async def _keep_screenshot(ctx: ToolContext, session: BrowserSession) -> None:
+    """With `browser_screenshots` on, each acting call leaves a screenshot in its evidence.
+    The call's outcome is decided already: a screenshot that fails is only not kept."""
+    if not session.keep_screenshots or session.lost is not None:
+        return
+    with contextlib.suppress(ToolFailure):
+        ref = await session.keep_screenshot(ctx.identity)
+        ctx.evidence["screenshot"] = ref.id
 
 
 def _locator(session: BrowserSession, page: Page, ref: str) -> Any:
@@ -153,8 +153,7 @@ async def _snapshot_after_load(session: BrowserSession, page: Page) -> dict[str,
     try:
         snap = await session.take_snapshot(page, timeout_ms=NAVIGATE_SNAPSHOT_TIMEOUT_MS)
     except PlaywrightError as exc:
-        first_line = (exc.message or str(exc) or "browser error").splitlines()[0][:300]
-        return {"snapshot_id": None, "snapshot": None, "snapshot_error": first_line}
+        return {"snapshot_id": None, "snapshot": None, "snapshot_error": first_line(exc)}
     return _snapshot_fields(snap)
 
 
@@ -225,104 +224,100 @@ async def wait_for(ctx: ToolContext, args: WaitForInput) -> dict[str, Any]:
 
 async def screenshot(ctx: ToolContext, _args: ScreenshotInput) -> dict[str, Any]:
     session = await _session(ctx)
-    shot = await session.run(ctx, lambda page: page.screenshot(type="png", timeout=10_000))
-    ref = await ctx.service(BrowserPool).sink.put_artifact(
-        ctx.identity, shot, "screenshot.png", "image/png"
+    # Through `run`, as every call: the guard's verdict and the page it was taken of.
+    shot = await session.run(
+        ctx, lambda page: page.screenshot(type="png", timeout=SCREENSHOT_TIMEOUT_MS)
     )
+    ref = await session.keep_png(ctx.identity, shot)
     return {"artifact": ref.public(), "url": session.url}
 
 
-def register(registry: Registry, settings: Settings) -> None:
+def tools(settings: Settings) -> list[Tool]:
+    """The browser tools, bounded for this gateway's snapshot size."""
     snapshot_bytes = max(64 * 1024, settings.browser_snapshot_max_chars * 4 + 4096)
     read = ToolAnnotations(read_only_hint=True, untrusted_content_hint=True)
     act = ToolAnnotations(untrusted_content_hint=True)
-    specs: list[tuple[str, str, str, type[BaseModel], Any, ToolAnnotations, bool, int]] = [
-        (
-            "browser.navigate",
-            "Open a page",
-            "Open a URL of the task's sandbox app in the task's own browser; the answer "
-            "carries the loaded page's snapshot with element refs, as browser.snapshot's "
-            "does (unless snapshot is false).",
-            NavigateInput,
-            navigate,
-            act,
-            False,
-            snapshot_bytes + 4096,
+    common: dict[str, Any] = {"scopes": frozenset({SCOPE}), "timeout_s": 60.0}
+    return [
+        Tool(
+            name="browser.navigate",
+            title="Open a page",
+            description="Open a URL of the task's sandbox app in the task's own browser; the "
+            "answer carries the loaded page's snapshot with element refs, as "
+            "browser.snapshot's does (unless snapshot is false).",
+            input_model=NavigateInput,
+            handler=navigate,
+            annotations=act,
+            max_output_bytes=snapshot_bytes + 4096,
+            **common,
         ),
-        (
-            "browser.snapshot",
-            "Read the page",
-            "An accessibility snapshot of the current page with element refs "
+        Tool(
+            name="browser.snapshot",
+            title="Read the page",
+            description="An accessibility snapshot of the current page with element refs "
             "(refs belong to this snapshot only).",
-            SnapshotInput,
-            snapshot,
-            read,
-            False,
-            snapshot_bytes,
+            input_model=SnapshotInput,
+            handler=snapshot,
+            annotations=read,
+            max_output_bytes=snapshot_bytes,
+            **common,
         ),
-        (
-            "browser.click",
-            "Click an element",
-            "Click the element a ref from the latest snapshot names.",
-            ClickInput,
-            click,
-            act,
-            True,
-            16 * 1024,
+        Tool(
+            name="browser.click",
+            title="Click an element",
+            description="Click the element a ref from the latest snapshot names.",
+            input_model=ClickInput,
+            handler=click,
+            annotations=act,
+            side_effects=True,
+            max_output_bytes=16 * 1024,
+            **common,
         ),
-        (
-            "browser.fill",
-            "Fill a field",
-            "Replace the value of the text field a ref names.",
-            FillInput,
-            fill,
-            act,
-            True,
-            16 * 1024,
+        Tool(
+            name="browser.fill",
+            title="Fill a field",
+            description="Replace the value of the text field a ref names.",
+            input_model=FillInput,
+            handler=fill,
+            annotations=act,
+            side_effects=True,
+            max_output_bytes=16 * 1024,
+            **common,
         ),
-        (
-            "browser.press",
-            "Press a key",
-            "Press a key, on the element a ref names or on the focused one.",
-            PressInput,
-            press,
-            act,
-            True,
-            16 * 1024,
+        Tool(
+            name="browser.press",
+            title="Press a key",
+            description="Press a key, on the element a ref names or on the focused one.",
+            input_model=PressInput,
+            handler=press,
+            annotations=act,
+            side_effects=True,
+            max_output_bytes=16 * 1024,
+            **common,
         ),
-        (
-            "browser.wait_for",
-            "Wait for text or an element",
-            "Wait until a text, or the element a ref names, is visible.",
-            WaitForInput,
-            wait_for,
-            read,
-            False,
-            16 * 1024,
+        Tool(
+            name="browser.wait_for",
+            title="Wait for text or an element",
+            description="Wait until a text, or the element a ref names, is visible.",
+            input_model=WaitForInput,
+            handler=wait_for,
+            annotations=read,
+            max_output_bytes=16 * 1024,
+            **common,
         ),
-        (
-            "browser.screenshot",
-            "Take a screenshot",
-            "A PNG of the visible page, kept as an artifact of the task.",
-            ScreenshotInput,
-            screenshot,
-            ToolAnnotations(read_only_hint=True),
-            False,
-            16 * 1024,
+        Tool(
+            name="browser.screenshot",
+            title="Take a screenshot",
+            description="A PNG of the visible page, kept as an artifact of the task.",
+            input_model=ScreenshotInput,
+            handler=screenshot,
+            annotations=ToolAnnotations(read_only_hint=True),
+            max_output_bytes=16 * 1024,
+            **common,
         ),
     ]
-    for name, title, description, model, handler, hints, effects, limit in specs:
-        registry.add(
-            Tool(
-                name=name,
-                title=title,
-                description=description,
-                input_model=model,
-                handler=handler,
-                scopes=frozenset({SCOPE}),
-                annotations=hints,
-                max_output_bytes=limit,
-                timeout_s=60.0,
-                side_effects=effects,
-            )
-        )
+
+
+def register(registry: Registry, settings: Settings) -> None:
+    for tool in tools(settings):
+        registry.add(tool)

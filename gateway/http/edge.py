@@ -5,6 +5,8 @@ from __future__ import annotations
 import hmac
 import json
 import re
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from starlette.requests import Request
@@ -12,7 +14,7 @@ from starlette.responses import JSONResponse
 
 from gateway.errors import AuthError, GatewayError, InvalidInput, NotFound, PayloadTooLarge
 from gateway.identity import TaskIdentity
-from gateway.runtime import Gateway
+from gateway.ports import TaskLookup
 from gateway.tokens import Purpose
 
 _SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
@@ -83,33 +85,37 @@ def bearer(request: Request) -> str:
     return value
 
 
-def is_control(gw: Gateway, credential: str) -> bool:
-    expected = gw.settings.control_key or ""
-    # Constant time, on bytes, so neither content nor a shared prefix leaks through timing.
-    return hmac.compare_digest(credential.encode(), expected.encode())
+@dataclass(frozen=True)
+class Access:
+    """Who is asking: the control plane (its key) or one task (its token)."""
 
+    control_key: Callable[[], str | None]  # read when asked: generated at start
+    tasks: TaskLookup
 
-def require_control(gw: Gateway, request: Request) -> None:
-    if not is_control(gw, bearer(request)):
-        raise AuthError("the control-plane key is required")
+    def is_control(self, credential: str) -> bool:
+        expected = self.control_key() or ""
+        # Constant time, on bytes, so neither content nor a shared prefix leaks through
+        # timing; no key (not started) matches nothing.
+        return bool(expected) and hmac.compare_digest(credential.encode(), expected.encode())
 
+    def require_control(self, request: Request) -> None:
+        if not self.is_control(bearer(request)):
+            raise AuthError("the control-plane key is required")
 
-async def agent_identity(
-    gw: Gateway, request: Request, purpose: Purpose = Purpose.AGENT
-) -> TaskIdentity:
-    return await gw.tasks.authenticate(credential(request), purpose)
+    async def task_identity(
+        self, request: Request, purpose: Purpose = Purpose.AGENT
+    ) -> TaskIdentity:
+        return await self.tasks.authenticate(credential(request), purpose)
 
+    async def task_reader(self, request: Request, task_id: str) -> TaskIdentity | None:
+        """Control key (None: may read any task) or the agent token of exactly this task.
 
-async def task_reader(gw: Gateway, request: Request, task_id: str) -> TaskIdentity | None:
-    """Control key (None: may read any task) or the agent token of exactly this task.
-
-    A token of another task gets 404, as if the task did not exist: a caller learns
-    nothing about tasks it does not own.
-    """
-    credential = bearer(request)
-    if is_control(gw, credential):
-        return None
-    identity = await agent_identity(gw, request)
-    if identity.task_id != task_id:
-        raise NotFound("no such task")
-    return identity
+        A token of another task gets 404, as if the task did not exist: a caller learns
+        nothing about tasks it does not own.
+        """
+        if self.is_control(bearer(request)):
+            return None
+        identity = await self.task_identity(request)
+        if identity.task_id != task_id:
+            raise NotFound("no such task")
+        return identity

@@ -8,15 +8,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
 from gateway.errors import InvalidInput, NotFound
-from gateway.http.edge import (
-    agent_identity,
-    bearer,
-    is_control,
-    query_int,
-    read_json,
-    require_control,
-    task_reader,
-)
+from gateway.http.edge import Access, bearer, query_int, read_json
 from gateway.runtime import Gateway
 from gateway.tasks import TaskCreate
 
@@ -25,8 +17,10 @@ MAX_SEQ = 2**63 - 1
 
 
 def routes(gw: Gateway) -> list[BaseRoute]:
+    access = Access(lambda: gw.settings.control_key, gw.tasks)
+
     async def create(request: Request) -> Response:
-        require_control(gw, request)
+        access.require_control(request)
         body = await read_json(request, gw.settings.max_body_bytes)
         try:
             spec = TaskCreate.model_validate(body)
@@ -52,7 +46,7 @@ def routes(gw: Gateway) -> list[BaseRoute]:
 
     async def read(request: Request) -> Response:
         task_id = request.path_params["task_id"]
-        await task_reader(gw, request, task_id)
+        await access.task_reader(request, task_id)
         record = await gw.tasks.get(task_id)
         body = gw.tasks.describe(record)
         body["calls"] = await gw.store.call_counts(task_id)
@@ -66,7 +60,7 @@ def routes(gw: Gateway) -> list[BaseRoute]:
         return JSONResponse(body)
 
     async def end(request: Request) -> Response:
-        require_control(gw, request)
+        access.require_control(request)
         task_id = request.path_params["task_id"]
         changed = await gw.tasks.end(task_id)
         record = await gw.tasks.get(task_id)
@@ -76,7 +70,7 @@ def routes(gw: Gateway) -> list[BaseRoute]:
 
     async def evidence(request: Request) -> Response:
         task_id = request.path_params["task_id"]
-        await task_reader(gw, request, task_id)
+        await access.task_reader(request, task_id)
         record = await gw.tasks.get(task_id)
         after = query_int(request, "after", 0, low=0, high=MAX_SEQ)
         limit = query_int(request, "limit", 500, low=1, high=5000)
@@ -89,8 +83,7 @@ def routes(gw: Gateway) -> list[BaseRoute]:
     async def artifact(request: Request) -> Response:
         # Who asks comes first: an artifact's existence is nobody else's business, and a
         # missing one and another task's answer alike.
-        credential = bearer(request)
-        reader = None if is_control(gw, credential) else await agent_identity(gw, request)
+        reader = None if access.is_control(bearer(request)) else await access.task_identity(request)
         ref = await gw.store.get_artifact(request.path_params["artifact_id"])
         if reader is not None and reader.task_id != ref.task_id:
             raise NotFound("no such artifact")

@@ -28,7 +28,7 @@ from gateway.http.hosts import HostPolicy
 from gateway.identity import TaskIdentity
 from gateway.mcp_door.dispatch import is_modern
 from gateway.mcp_door.sessions import SESSION_HEADER, TaskSessions, TooManySessions
-from gateway.runtime import Gateway
+from gateway.ports import TaskLookup
 from gateway.tokens import Purpose
 
 IDENTITY_KEY = "gateway.identity"
@@ -66,9 +66,9 @@ class BearerFront:
     """ASGI wrapper around the SDK's streamable HTTP app."""
 
     def __init__(
-        self, gw: Gateway, app: ASGIApp, policy: HostPolicy, sessions: TaskSessions
+        self, tasks: TaskLookup, app: ASGIApp, policy: HostPolicy, sessions: TaskSessions
     ) -> None:
-        self.gw = gw
+        self.tasks = tasks
         self.app = app
         self.policy = policy
         self.sessions = sessions
@@ -83,7 +83,7 @@ class BearerFront:
         try:
             self.policy.check_origin(headers.get("origin"))
             token = credential(Request(scope))
-            identity = await self.gw.tasks.authenticate(token, Purpose.AGENT)
+            identity = await self.tasks.authenticate(token, Purpose.AGENT)
         except AuthError as exc:
             if token:
                 await self._close_refused_session(token, headers.get(SESSION_HEADER))
@@ -118,7 +118,7 @@ class BearerFront:
         if session_id is None:
             return
         try:
-            claims = self.gw.tokens.verify(token, Purpose.AGENT)
+            claims = self.tasks.claims(token, Purpose.AGENT)
         except AuthError:
             return
         if self.sessions.owner(session_id) == claims.task_id:

@@ -35,7 +35,7 @@ class McpDoor:
 
     def __init__(self, gw: Gateway) -> None:
         self.catalog = McpCatalog(gw.registry)
-        self.server = build_server(gw, self.catalog)
+        self.server = build_server(gw.pipeline, self.catalog)
         # Host and Origin are checked by the bearer front, before the token.
         unguarded = TransportSecuritySettings(enable_dns_rebinding_protection=False)
         self.manager = StreamableHTTPSessionManager(
@@ -60,7 +60,7 @@ class McpDoor:
         )
         self.sessions = TaskSessions(streaming)
         policy = HostPolicy.from_settings(gw.settings)
-        self.front = BearerFront(gw, dispatch, policy, self.sessions)
+        self.front = BearerFront(gw.tasks, dispatch, policy, self.sessions)
 
     async def task_ended(self, task_id: str, reason: str) -> None:
         self.front.forget(task_id)

@@ -28,9 +28,9 @@ from gateway.identity import TaskIdentity
 from gateway.mcp_door.bearer import identity_of
 from gateway.mcp_door.catalog import McpCatalog
 from gateway.mcp_door.rendering import render
+from gateway.ports import CallRunner
 from gateway.registry import ProgressFn
 from gateway.results import Door, ToolResult
-from gateway.runtime import Gateway
 
 IDEMPOTENCY_META_KEY = "idempotency_key"
 MAX_IDEMPOTENCY_KEY = 200
@@ -54,7 +54,7 @@ def progress_of(ctx: Context) -> ProgressFn | None:
 
 
 async def call_until_cancelled(
-    gw: Gateway,
+    calls: CallRunner,
     identity: TaskIdentity,
     name: str,
     arguments: dict[str, Any] | None,
@@ -64,7 +64,7 @@ async def call_until_cancelled(
 ) -> ToolResult:
     cancel = asyncio.Event()
     call = asyncio.ensure_future(
-        gw.pipeline.call(
+        calls.call(
             identity,
             name,
             arguments,
@@ -85,7 +85,7 @@ async def call_until_cancelled(
         raise
 
 
-def build_server(gw: Gateway, catalog: McpCatalog) -> Server[Any]:
+def build_server(calls: CallRunner, catalog: McpCatalog) -> Server[Any]:
     async def list_tools(
         ctx: Context, _params: types.PaginatedRequestParams | None
     ) -> types.ListToolsResult:
@@ -96,7 +96,7 @@ def build_server(gw: Gateway, catalog: McpCatalog) -> Server[Any]:
         identity = identity_of(ctx.request)
         meta = dict(params.meta) if params.meta else None
         result = await call_until_cancelled(
-            gw,
+            calls,
             identity,
             params.name,
             params.arguments,

@@ -20,6 +20,7 @@ from starlette.websockets import WebSocket, WebSocketDisconnect, WebSocketState
 
 from gateway.errors import AuthError
 from gateway.origins import origin_allowed
+from gateway.ports import TaskLookup
 from gateway.tabs import frames
 from gateway.tabs.hub import CloseCommand, Outgoing, TabHub, TabLink, Writer, parse_hello
 from gateway.tokens import Purpose
@@ -54,11 +55,11 @@ async def _first_frame(ws: WebSocket, hub: TabHub) -> str | None:
     return str(text)
 
 
-def endpoint(hub: TabHub) -> Callable[[WebSocket], Awaitable[None]]:
-    gw = hub.gw
-
+def endpoint(
+    hub: TabHub, tasks: TaskLookup, dashboard_origins: list[str]
+) -> Callable[[WebSocket], Awaitable[None]]:
     async def tabs(ws: WebSocket) -> None:
-        if not origin_allowed(ws.headers.get("origin"), gw.settings.dashboard_origins):
+        if not origin_allowed(ws.headers.get("origin"), dashboard_origins):
             hub.refuse("origin")
             # Closing before accept makes the server answer the handshake with 403.
             await ws.close(frames.CLOSE_POLICY)
@@ -73,7 +74,7 @@ def endpoint(hub: TabHub) -> Callable[[WebSocket], Awaitable[None]]:
             await _refuse(ws, hub, "invalid_hello", "invalid_frame", str(exc))
             return
         try:
-            identity, claims = await gw.tasks.authenticate_claims(hello.token, Purpose.TAB)
+            identity, claims = await tasks.authenticate_claims(hello.token, Purpose.TAB)
         except AuthError as exc:
             await _refuse(ws, hub, "auth", str(exc.code), exc.message)
             return

@@ -17,7 +17,14 @@ def install(gw: Gateway) -> list[BaseRoute]:
     if views is None:
         views = Views()
         gw.services.provide(Views, views)
-    hub = TabHub(gw, views, gw.services.find(TabConfig))
+    hub = TabHub(
+        calls=gw.pipeline,
+        catalog=gw.registry,
+        events=gw.events,
+        metrics=gw.metrics.registry,
+        views=views,
+        config=gw.services.find(TabConfig),
+    )
     gw.services.provide(TabHub, hub)
     register_ui_tools(gw.registry)
     gw.registry.on_change(hub.catalog_changed)
@@ -25,6 +32,6 @@ def install(gw: Gateway) -> list[BaseRoute]:
     gw.add_part("tab channels", start=hub.start, stop=hub.stop)
     gw.task_probes["tab"] = hub.describe
     return [
-        WebSocketRoute("/v1/tabs", endpoint(hub)),
+        WebSocketRoute("/v1/tabs", endpoint(hub, gw.tasks, gw.settings.dashboard_origins)),
         *shim.routes(gw.settings.dashboard_origins),
     ]

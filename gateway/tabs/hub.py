@@ -25,12 +25,12 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from prometheus_client import Counter, Gauge
+from prometheus_client import CollectorRegistry, Counter, Gauge
 from pydantic import BaseModel, ValidationError
 
 from gateway.identity import TaskIdentity
+from gateway.ports import CallRunner, Catalog, EventRecorder
 from gateway.results import Door, ErrorCode, ToolStatus
-from gateway.runtime import Gateway
 from gateway.store.database import new_id
 from gateway.tabs import frames
 from gateway.tabs.actions import UIAction, build_action
@@ -118,8 +118,19 @@ class TabLink:
 
 
 class TabHub:
-    def __init__(self, gw: Gateway, views: Views, config: TabConfig | None = None) -> None:
-        self.gw = gw
+    def __init__(
+        self,
+        *,
+        calls: CallRunner,
+        catalog: Catalog,
+        events: EventRecorder,
+        metrics: CollectorRegistry,
+        views: Views,
+        config: TabConfig | None = None,
+    ) -> None:
+        self.calls = calls
+        self.catalog = catalog
+        self.events = events
         self.views = views
         self.config = config or TabConfig()
         self._channels: dict[str, TabChannel] = {}
@@ -130,7 +141,7 @@ class TabHub:
         self._ended_at: dict[str, float] = {}
         # Labelled children, looked up once: `labels()` costs more than the count itself.
         self._request_counters: dict[tuple[str, str], Any] = {}
-        registry = gw.metrics.registry
+        registry = metrics
         self.rejected = Counter(
             "gateway_tab_frames_rejected",
             "Frames from dashboard tabs the channel refused, by reason",
@@ -231,7 +242,7 @@ class TabHub:
         channel = self._channel(identity.task_id)
         effects = channel.connect(conn_id, hello.tab_id, hello.revision, hello.view, time.time())
         if channel.conn_id == conn_id:
-            link.push(self._welcome(link, hello, token_expires_at))
+            link.push(self._welcome(link, hello.revision))
             delay = max(0.0, token_expires_at - time.time())
             link.expiry = asyncio.get_running_loop().call_later(
                 delay, self._token_expired, identity.task_id, conn_id
@@ -272,16 +283,7 @@ class TabHub:
             channel = self._channels.get(link.identity.task_id)
             if channel is None or channel.conn_id != link.conn_id:
                 continue
-            frame = frames.welcome(
-                link.identity.task_id,
-                self.gw.registry.catalog(link.identity),
-                self.views.describe(),
-                self.config.limits.heartbeat_s,
-                tab_id=link.tab_id,
-                revision=channel.revision() or 0,
-                expires_at=link.token_expires_at,
-            )
-            link.push(frame)
+            link.push(self._welcome(link, channel.revision() or 0))
 
     async def start(self) -> None:
         self._ticker = asyncio.create_task(self._tick_forever())
@@ -319,17 +321,16 @@ class TabHub:
                 if channel is not None and channel.conn_id is None and not channel.pending_ids():
                     del self._channels[task_id]
 
-    def _welcome(
-        self, link: TabLink, hello: frames.Hello, token_expires_at: float
-    ) -> dict[str, Any]:
+    def _welcome(self, link: TabLink, revision: int) -> dict[str, Any]:
+        """The `welcome` frame for a connection: its identity's catalog, the views."""
         return frames.welcome(
             link.identity.task_id,
-            self.gw.registry.catalog(link.identity),
+            self.catalog.catalog(link.identity),
             self.views.describe(),
             self.config.limits.heartbeat_s,
-            tab_id=hello.tab_id,
-            revision=hello.revision,
-            expires_at=token_expires_at,
+            tab_id=link.tab_id,
+            revision=revision,
+            expires_at=link.token_expires_at,
         )
 
     def _expire(self, task_id: str, request_id: str) -> None:
@@ -389,7 +390,7 @@ class TabHub:
             "connection": effect.conn,
             **effect.details,
         }
-        self.gw.events.repeated(link.identity, "tab.frame_rejected", data)
+        self.events.repeated(link.identity, "tab.frame_rejected", data)
 
     def _start_call(self, channel: TabChannel, effect: StartCall) -> None:
         link = self._links.get(effect.conn)
@@ -401,7 +402,7 @@ class TabHub:
 
         async def run() -> None:
             try:
-                result = await self.gw.pipeline.call(
+                result = await self.calls.call(
                     link.identity, effect.tool, effect.input, door=door, cancel=cancel
                 )
                 public = result.public()

@@ -25,52 +25,6 @@ UI_SCOPE = "ui"
 TOOL_TIMEOUT_S = 30.0
 TAB_TIMEOUT_S = 25.0
 
-_TOOLS: tuple[tuple[str, str, str, type[BaseModel], ToolAnnotations, bool], ...] = (
-    (
-        "read_view",
-        "Read the current view",
-        "What the task's dashboard tab shows now: view, params, selection, revision and "
-        "the actions it offers.",
-        ReadViewArgs,
-        ToolAnnotations(read_only_hint=True, untrusted_content_hint=True),
-        False,
-    ),
-    (
-        "open_view",
-        "Open a view",
-        "Navigate the dashboard tab to one of the app's registered views, with params "
-        "checked against that view's schema.",
-        OpenViewArgs,
-        ToolAnnotations(),
-        False,
-    ),
-    (
-        "populate_draft",
-        "Populate the agent draft",
-        "Fill the agent builder's draft (name, instructions, model, tools) in the tab. "
-        "Nothing is saved.",
-        PopulateDraftArgs,
-        ToolAnnotations(),
-        False,
-    ),
-    (
-        "show_run_progress",
-        "Show run progress",
-        "Show the progress of an evaluation run in the dashboard tab.",
-        ShowRunProgressArgs,
-        ToolAnnotations(),
-        False,
-    ),
-    (
-        "display_proposed_change",
-        "Display a proposed change",
-        "Show a proposed change (title, summary, diff) to the user, as plain text.",
-        DisplayProposedChangeArgs,
-        ToolAnnotations(),
-        False,
-    ),
-)
-
 
 def _handler(kind: str) -> Any:
     async def handle(ctx: ToolContext, args: BaseModel) -> dict[str, Any]:
@@ -86,18 +40,66 @@ def _handler(kind: str) -> Any:
     return handle
 
 
+NO_HINTS = ToolAnnotations()
+
+
+def _ui_tool(
+    kind: str,
+    title: str,
+    description: str,
+    input_model: type[BaseModel],
+    annotations: ToolAnnotations = NO_HINTS,
+) -> Tool:
+    return Tool(
+        name=f"ui.{kind}",
+        title=title,
+        description=description,
+        input_model=input_model,
+        handler=_handler(kind),
+        scopes=frozenset({UI_SCOPE}),
+        annotations=annotations,
+        timeout_s=TOOL_TIMEOUT_S,
+    )
+
+
+UI_TOOLS = (
+    _ui_tool(
+        "read_view",
+        "Read the current view",
+        "What the task's dashboard tab shows now: view, params, selection, revision and "
+        "the actions it offers.",
+        ReadViewArgs,
+        ToolAnnotations(read_only_hint=True, untrusted_content_hint=True),
+    ),
+    _ui_tool(
+        "open_view",
+        "Open a view",
+        "Navigate the dashboard tab to one of the app's registered views, with params "
+        "checked against that view's schema.",
+        OpenViewArgs,
+    ),
+    _ui_tool(
+        "populate_draft",
+        "Populate the agent draft",
+        "Fill the agent builder's draft (name, instructions, model, tools) in the tab. "
+        "Nothing is saved.",
+        PopulateDraftArgs,
+    ),
+    _ui_tool(
+        "show_run_progress",
+        "Show run progress",
+        "Show the progress of an evaluation run in the dashboard tab.",
+        ShowRunProgressArgs,
+    ),
+    _ui_tool(
+        "display_proposed_change",
+        "Display a proposed change",
+        "Show a proposed change (title, summary, diff) to the user, as plain text.",
+        DisplayProposedChangeArgs,
+    ),
+)
+
+
 def register_ui_tools(registry: Registry) -> None:
-    for kind, title, description, model, hints, side_effects in _TOOLS:
-        registry.add(
-            Tool(
-                name=f"ui.{kind}",
-                title=title,
-                description=description,
-                input_model=model,
-                handler=_handler(kind),
-                scopes=frozenset({UI_SCOPE}),
-                annotations=hints,
-                timeout_s=TOOL_TIMEOUT_S,
-                side_effects=side_effects,
-            )
-        )
+    for tool in UI_TOOLS:
+        registry.add(tool)
