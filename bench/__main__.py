@@ -12,7 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-ORDER = ["core", "tabs", "webmcp", "browser", "mcp", "bridge", "example", "peer"]
+from bench.summary import ORDER
 
 # The rounds `make bench` uses; each area's own defaults are its --full run.
 QUICK = {

@@ -28,7 +28,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-import httpx
 from pydantic import BaseModel
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -38,7 +37,6 @@ from bench.report import summary, write
 
 GOAL = 1.5
 MS = 1e3
-CONTROL_KEY = "bench-control-key-0123456789abcdef"
 
 
 class Empty(BaseModel):
@@ -59,15 +57,13 @@ def _row(name: str, samples: list[float], floor: float | None = None) -> dict[st
 
 
 async def measure(rounds: int, command_rounds: int) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    from gateway.app import build_app
     from gateway.bridge import BridgeClient, as_host_command, install
     from gateway.bridge.schemas import ENDPOINT_ENV, TOKEN_ENV
     from gateway.http import health, tasks
     from gateway.registry import ToolContext
     from gateway.results import Door
     from gateway.runtime import Gateway
-    from gateway.serving import serving
-    from gateway.settings import Settings
+    from gateway.testing import live_gateway, test_settings
 
     async def noop(_ctx: ToolContext, _args: Empty) -> dict[str, bool]:
         return {"ok": True}
@@ -77,26 +73,19 @@ async def measure(rounds: int, command_rounds: int) -> tuple[list[dict[str, Any]
         return JSONResponse({"status": "succeeded", "request_id": body.get("request_id")})
 
     with tempfile.TemporaryDirectory() as tmp:
-        settings = Settings(
-            data_dir=Path(tmp) / "data",
-            secret_keys=["bench-secret-key-0123456789abcdef"],
-            control_key=CONTROL_KEY,
-            example=False,
-        )
-        gw = Gateway(settings)
-        gw.registry.tool(
-            "bench.noop", title="noop", description="noop", input_model=Empty, scopes=["bench"]
-        )(noop)
-        app = build_app(
-            gateway=gw,
-            extensions=[
-                health.routes,
-                tasks.routes,
-                install,
-                lambda _gw: [Route("/bare", bare, methods=["POST"])],
-            ],
-        )
-        async with serving(app) as base, httpx.AsyncClient(base_url=base) as http:
+
+        def add_noop(gw: Gateway) -> None:
+            gw.registry.tool(
+                "bench.noop", title="noop", description="noop", input_model=Empty, scopes=["bench"]
+            )(noop)
+
+        async with live_gateway(
+            test_settings(Path(tmp) / "data"),
+            setup=add_noop,
+            extensions=[health.routes, tasks.routes, install],
+            extra_routes=[Route("/bare", bare, methods=["POST"])],
+        ) as live:
+            gw, base, http = live.gateway, live.base_url, live.http
             created = await http.post(
                 "/v1/tasks",
                 json={
@@ -105,7 +94,7 @@ async def measure(rounds: int, command_rounds: int) -> tuple[list[dict[str, Any]
                     "sandbox": {"id": "sb", "app_origin": "http://127.0.0.1:9"},
                     "scopes": ["bench"],
                 },
-                headers={"authorization": f"Bearer {CONTROL_KEY}"},
+                headers=live.control,
             )
             task = created.json()
             identity = await gw.tasks.authenticate(task["tokens"]["agent"], _agent())

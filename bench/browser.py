@@ -31,6 +31,7 @@ from typing import Any
 import httpx
 
 from bench.report import cpu_quiet, percentile, summary, write
+from gateway.testing import test_settings
 
 START_GOAL_COLD = 1.1
 START_GOAL_WARM = 0.5
@@ -38,7 +39,6 @@ MEMORY_GOAL = 1.1
 RAW_TIMEOUT_MS = 60_000  # as long as the gateway's own tool deadline
 MS = 1e3
 MIB = 1024.0
-CONTROL_KEY = "bench-control-key-0123456789abcdef"
 APP_PAGE = (
     "<!doctype html><html><head><title>Agents</title></head><body>"
     "<h1>Agents</h1><nav><a href='/runs'>Runs</a> <a href='/reports'>Reports</a></nav>"
@@ -95,16 +95,12 @@ SAVE_REF = re.compile(r'button "Save" \[ref=([^\]]+)\]')
 class Bench:
     def __init__(self, app: str, data: Path, tasks: int) -> None:
         from gateway.browser import BrowserProcesses
-        from gateway.settings import Settings
 
         self.app = app
         self.data = data
         self.max_contexts = tasks + 16
-        self.settings = Settings(
-            data_dir=data / "chromium",
-            control_key=CONTROL_KEY,
-            example=False,
-            max_contexts=self.max_contexts,
+        self.settings = test_settings(
+            data / "chromium", max_contexts=self.max_contexts, browser_launch_at_start=True
         )
         self.processes = BrowserProcesses(self.settings)
         self.gateways: list[Any] = []
@@ -112,14 +108,12 @@ class Bench:
     async def gateway(self, name: str, **overrides: Any) -> Any:
         from gateway.browser import BrowserProcesses, install
         from gateway.runtime import Gateway
-        from gateway.settings import Settings
 
         gw = Gateway(
-            Settings(
-                data_dir=self.data / name,
-                control_key=CONTROL_KEY,
-                example=False,
+            test_settings(
+                self.data / name,
                 max_contexts=self.max_contexts,
+                browser_launch_at_start=True,
                 **overrides,
             )
         )

@@ -20,8 +20,8 @@ from gateway.identity import Actor, Sandbox
 from gateway.registry import Tool, ToolContext
 from gateway.results import Door
 from gateway.runtime import Gateway
-from gateway.settings import Settings
 from gateway.tasks import TaskCreate
+from gateway.testing import test_settings
 from gateway.tokens import Purpose
 
 US = 1e6
@@ -37,7 +37,7 @@ async def noop(_ctx: ToolContext, _args: Empty) -> dict[str, Any]:
 
 async def measure(rounds: int = 3000, concurrency: int = 64) -> list[dict[str, Any]]:
     with tempfile.TemporaryDirectory() as tmp:
-        settings = Settings(data_dir=Path(tmp), example=False)
+        settings = test_settings(Path(tmp))
         gw = Gateway(settings)
         gw.registry.add(Tool("bench.noop", "No-op", "Does nothing", Empty, noop))
         await gw.start()

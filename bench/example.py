@@ -33,7 +33,7 @@ from examples.synthetic_app.workflow import (
 )
 from gateway.chromium import find_chromium, launch_args
 from gateway.results import Door
-from gateway.settings import Settings
+from gateway.testing import test_settings
 from gateway.tokens import Purpose
 
 MS = 1e3
@@ -72,7 +72,7 @@ async def measure(
 
     rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory() as tmp:
-        settings = Settings(data_dir=Path(tmp), example=True)
+        settings = test_settings(Path(tmp), example=True)
         async with running_stack(settings, step_s=0.0) as stack, async_playwright() as pw:
             browser = await pw.chromium.launch(
                 executable_path=find_chromium(), args=launch_args(webmcp=True)

@@ -31,9 +31,9 @@ from typing import Any
 import httpx
 
 from bench.report import summary, write
+from gateway.testing import CONTROL_KEY, test_settings
 
 GOAL_VS_SDK = 1.3
-CONTROL_KEY = "bench-control-key-0123456789abcdef"
 TOOL = "bench.noop"
 MODERN = "2026-07-28"
 HANDSHAKE = "2025-11-25"
@@ -57,12 +57,11 @@ def gateway_app(data_dir: Path, *, evidence: bool = True) -> Any:
     from gateway.http import health, tasks
     from gateway.registry import ToolAnnotations, ToolContext
     from gateway.runtime import Gateway
-    from gateway.settings import Settings
 
     class Empty(BaseModel):
         pass
 
-    gw = Gateway(Settings(data_dir=data_dir, control_key=CONTROL_KEY, example=False))
+    gw = Gateway(test_settings(data_dir))
 
     @gw.registry.tool(
         TOOL,

@@ -21,6 +21,8 @@ from typing import Any
 from bench.report import RESULTS, write
 
 # Which column holds an area's ratio against its same-run baseline, first match wins.
+# The areas of `make bench`, in the order they run.
+ORDER = ["core", "tabs", "webmcp", "browser", "mcp", "bridge", "example", "peer"]
 RATIO_KEYS = (
     "ratio p50",
     "vs_raw_p50",
@@ -246,8 +248,6 @@ def markdown(rows: list[dict[str, Any]]) -> str:
 
 def main(areas: list[str] | None = None) -> int:
     import sys
-
-    from bench.__main__ import ORDER
 
     rows, notes = collect(areas or ORDER)
     if "--markdown" in sys.argv[1:]:

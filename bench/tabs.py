@@ -24,27 +24,23 @@ import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
-import httpx
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import HTMLResponse
-from starlette.routing import BaseRoute, Route, WebSocketRoute
+from starlette.routing import Route, WebSocketRoute
 from starlette.websockets import WebSocket
 
 from bench.report import summary, write
-from gateway.app import build_app
 from gateway.chromium import find_chromium, launch_args
 from gateway.http import health, tasks
-from gateway.runtime import Gateway
 from gateway.serving import serving
-from gateway.settings import Settings
 from gateway.tabs import ShowRunProgress, TabHub, install
+from gateway.testing import LiveGateway, live_gateway, test_settings
 from gateway.tokens import Purpose
 
 P50_GOAL = 1.3
 P99_GOAL = 2.0
 MS = 1e3
-CONTROL_KEY = "bench-control-key-0123456789abcdef"
 
 PAGE = """<!doctype html><html><head><title>bench</title></head><body>
 <span id="run"></span>
@@ -101,19 +97,13 @@ def page_app() -> Starlette:
 
 
 @contextlib.asynccontextmanager
-async def gateway(origin: str, echo: Echo, data: Path) -> AsyncIterator[tuple[str, Gateway]]:
-    settings = Settings(
-        data_dir=data,
-        secret_keys=["bench-secret-key-0123456789abcdef"],
-        control_key=CONTROL_KEY,
-        dashboard_origins=[origin],
-        example=False,
-    )
-    gw = Gateway(settings)
-    extra: list[BaseRoute] = [WebSocketRoute("/bench/echo", echo.endpoint)]
-    app = build_app(gateway=gw, extensions=[health.routes, tasks.routes, install, lambda _g: extra])
-    async with serving(app) as base_url:
-        yield base_url, gw
+async def gateway(origin: str, echo: Echo, data: Path) -> AsyncIterator[LiveGateway]:
+    async with live_gateway(
+        test_settings(data, dashboard_origins=[origin]),
+        extensions=[health.routes, tasks.routes, install],
+        extra_routes=[WebSocketRoute("/bench/echo", echo.endpoint)],
+    ) as live:
+        yield live
 
 
 async def run(rounds: int, tab_count: int, loop: str = "asyncio") -> int:
@@ -123,10 +113,10 @@ async def run(rounds: int, tab_count: int, loop: str = "asyncio") -> int:
     with tempfile.TemporaryDirectory() as tmp:
         async with (
             serving(page_app()) as origin,
-            gateway(origin, echo, Path(tmp)) as (base_url, gw),
-            httpx.AsyncClient(base_url=base_url) as http,
+            gateway(origin, echo, Path(tmp)) as live,
             async_playwright() as pw,
         ):
+            base_url, http, gw = live.base_url, live.http, live.gateway
             browser = await pw.chromium.launch(executable_path=find_chromium(), args=launch_args())
             identities = []
             pages = []
@@ -137,9 +127,7 @@ async def run(rounds: int, tab_count: int, loop: str = "asyncio") -> int:
                     "sandbox": {"id": f"sb_{i}", "app_origin": "http://127.0.0.1:9"},
                     "scopes": ["ui"],
                 }
-                created = await http.post(
-                    "/v1/tasks", json=body, headers={"authorization": f"Bearer {CONTROL_KEY}"}
-                )
+                created = await http.post("/v1/tasks", json=body, headers=live.control)
                 token = created.json()["tokens"]["tab"]
                 identities.append(await gw.tasks.authenticate(token, Purpose.TAB))
                 # A context (a window) per tab: every dashboard is a foreground page, as

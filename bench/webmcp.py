@@ -29,7 +29,6 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
-import httpx
 from pydantic import BaseModel
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -38,18 +37,16 @@ from starlette.routing import Route, WebSocketRoute
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from bench.report import summary, write
-from gateway.app import build_app
 from gateway.chromium import find_chromium, launch_args
 from gateway.http import health, tasks
 from gateway.registry import Tool, ToolContext
 from gateway.runtime import Gateway
 from gateway.serving import serving
-from gateway.settings import Settings
 from gateway.tabs import install
+from gateway.testing import live_gateway, test_settings
 
 P50_GOAL = 1.5
 MS = 1e3
-CONTROL_KEY = "bench-control-key-0123456789abcdef"
 
 PAGE = """<!doctype html><html><head><title>bench</title></head><body>
 <script type="module">
@@ -103,32 +100,24 @@ async def run(rounds: int) -> int:
 
     with tempfile.TemporaryDirectory() as tmp:
         async with serving(Starlette(routes=[Route("/", page)])) as origin:
-            gw = Gateway(
-                Settings(
-                    data_dir=Path(tmp),
-                    secret_keys=["bench-secret-key-0123456789abcdef"],
-                    control_key=CONTROL_KEY,
-                    dashboard_origins=[origin],
-                    example=False,
+
+            def add_noop(gw: Gateway) -> None:
+                gw.registry.add(
+                    Tool(
+                        "bench.noop", "No-op", "Does nothing", Empty, noop, scopes=frozenset({"ui"})
+                    )
                 )
-            )
-            gw.registry.add(
-                Tool("bench.noop", "No-op", "Does nothing", Empty, noop, scopes=frozenset({"ui"}))
-            )
-            app = build_app(
-                gateway=gw,
-                extensions=[
-                    health.routes,
-                    tasks.routes,
-                    install,
-                    lambda _g: [WebSocketRoute("/bench/echo", echo)],
-                ],
-            )
+
             async with (
-                serving(app) as base_url,
-                httpx.AsyncClient(base_url=base_url) as http,
+                live_gateway(
+                    test_settings(Path(tmp), dashboard_origins=[origin]),
+                    setup=add_noop,
+                    extensions=[health.routes, tasks.routes, install],
+                    extra_routes=[WebSocketRoute("/bench/echo", echo)],
+                ) as live,
                 async_playwright() as pw,
             ):
+                base_url, http, gw = live.base_url, live.http, live.gateway
                 created = await http.post(
                     "/v1/tasks",
                     json={
@@ -138,7 +127,7 @@ async def run(rounds: int) -> int:
                         "scopes": ["ui"],
                         "allowed_tools": ["bench.noop"],
                     },
-                    headers={"authorization": f"Bearer {CONTROL_KEY}"},
+                    headers=live.control,
                 )
                 token = created.json()["tokens"]["tab"]
                 browser = await pw.chromium.launch(

@@ -56,13 +56,13 @@ class Empty(BaseModel):
 
 
 @dataclass
-class Probe:
+class HandlerRuns:
     """Counts handler runs: a test can show that a handler never ran."""
 
     runs: Counter[str] = field(default_factory=Counter)
 
 
-def add_probe_tools(gw: Gateway, probe: Probe) -> None:
+def add_probe_tools(gw: Gateway, probe: HandlerRuns) -> None:
     def tool(name: str, model: type[BaseModel], handler: Any, **kw: Any) -> None:
         async def run(ctx: ToolContext, args: Any) -> Any:
             probe.runs[name] += 1
@@ -109,7 +109,7 @@ def add_probe_tools(gw: Gateway, probe: Probe) -> None:
 @dataclass
 class BridgeSetup:
     live: Live
-    probe: Probe
+    probe: HandlerRuns
     task: dict[str, Any]
 
     @property
@@ -153,7 +153,7 @@ class BridgeSetup:
 async def bridge(
     settings: Settings, live_factory: Callable[..., Any]
 ) -> AsyncIterator[BridgeSetup]:
-    probe = Probe()
+    probe = HandlerRuns()
     async with live_factory(
         settings, setup=lambda gw: add_probe_tools(gw, probe), extensions=EXTENSIONS
     ) as live:

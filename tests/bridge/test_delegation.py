@@ -22,7 +22,7 @@ from gateway.bridge import (
     LocalRegistryAdapter,
 )
 from gateway.settings import Settings
-from tests.bridge.conftest import ALLOWED, EXTENSIONS, SCOPES, Probe, add_probe_tools
+from tests.bridge.conftest import ALLOWED, EXTENSIONS, SCOPES, HandlerRuns, add_probe_tools
 from tests.conftest import Live
 
 DIGEST = hashlib.sha256(b"source at commit abc").hexdigest()
@@ -49,7 +49,7 @@ class ScriptedAdapter:
 
 @pytest.fixture
 async def live_d(settings: Settings, live_factory: Callable[..., Any]) -> AsyncIterator[Any]:
-    probe = Probe()
+    probe = HandlerRuns()
 
     def setup(gw: Any) -> None:
         add_probe_tools(gw, probe)

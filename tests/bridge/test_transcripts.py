@@ -31,7 +31,7 @@ from tests.bridge.conftest import (
     EXTENSIONS,
     SCOPES,
     BridgeSetup,
-    Probe,
+    HandlerRuns,
     add_probe_tools,
     fixture,
 )
@@ -73,7 +73,7 @@ def host(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Host]:
                 example=False,
             )
         )
-        add_probe_tools(gw, Probe())
+        add_probe_tools(gw, HandlerRuns())
         server = serving(build_app(gateway=gw, extensions=EXTENSIONS))
         base_url = run(server.__aenter__())
         try:

@@ -42,7 +42,7 @@ class WriteInput(BaseModel):
 
 
 @dataclass
-class Probe:
+class ToolsSeen:
     """What the test tools saw, for assertions from the test side."""
 
     started: asyncio.Event = field(default_factory=asyncio.Event)
@@ -52,7 +52,7 @@ class Probe:
     identities: list[str] = field(default_factory=list)
 
 
-def register_test_tools(gw: Gateway, probe: Probe) -> None:
+def register_test_tools(gw: Gateway, probe: ToolsSeen) -> None:
     reg = gw.registry
 
     @reg.tool(
@@ -135,7 +135,7 @@ def register_test_tools(gw: Gateway, probe: Probe) -> None:
 @dataclass
 class DoorLive:
     live: Live
-    probe: Probe
+    probe: ToolsSeen
 
     @property
     def url(self) -> str:
@@ -162,7 +162,7 @@ class DoorLive:
 
 @pytest.fixture
 async def door(settings: Settings, live_factory: Callable[..., Any]) -> AsyncIterator[DoorLive]:
-    probe = Probe()
+    probe = ToolsSeen()
     # Only the parts the door needs: the core routes and the door itself.
     async with live_factory(
         settings,

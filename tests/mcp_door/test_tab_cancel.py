@@ -15,7 +15,7 @@ from gateway import mcp_door, tabs
 from gateway.http import health
 from gateway.http import tasks as task_routes
 from gateway.settings import Settings
-from tests.mcp_door.conftest import MODES, DoorLive, Probe
+from tests.mcp_door.conftest import MODES, DoorLive, ToolsSeen
 
 DASHBOARD = "http://127.0.0.1:8765"  # the `settings` fixture's dashboard origin
 
@@ -25,7 +25,7 @@ async def tab_door(settings: Settings, live_factory: Callable[..., Any]) -> Asyn
     async with live_factory(
         settings, extensions=[health.routes, task_routes.routes, tabs.install, mcp_door.install]
     ) as live:
-        yield DoorLive(live, Probe())
+        yield DoorLive(live, ToolsSeen())
 
 
 async def frame(ws: ClientConnection, kind: str) -> dict[str, Any]:
