@@ -25,7 +25,7 @@ from examples.synthetic_app.workflow import (
     webmcp_door,
 )
 from gateway.results import Door as GatewayDoor
-from gateway.settings import Settings
+from gateway.testing import test_settings
 from gateway.tokens import Purpose
 
 pytestmark = [pytest.mark.browser, pytest.mark.asyncio(loop_scope="session")]
@@ -35,10 +35,8 @@ ADA = who("org_acme", "ada")
 
 @pytest_asyncio.fixture(loop_scope="session")
 async def example(tmp_path: Path) -> AsyncIterator[ExampleStack]:
-    settings = Settings(
-        data_dir=tmp_path / "data",
-        secret_keys=["k-e2e-newest-0123456789abcdef"],
-        control_key="control-key-for-e2e-0123456789",
+    settings = test_settings(
+        tmp_path / "data",
         example=True,
     )
     async with running_stack(settings, step_s=0.05) as stack:

@@ -25,7 +25,7 @@ from gateway.app import build_app
 from gateway.redaction import Redactor
 from gateway.runtime import Gateway
 from gateway.serving import serving
-from gateway.settings import Settings
+from gateway.testing import test_settings
 from tests.bridge.conftest import (
     ALLOWED,
     EXTENSIONS,
@@ -66,11 +66,8 @@ def host(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Host]:
             return asyncio.run_coroutine_threadsafe(coro, loop).result(timeout=30)
 
         gw = Gateway(
-            Settings(
-                data_dir=data_dir,
-                secret_keys=["k-transcript-test-0123456789abcdef"],
-                control_key="control-key-transcripts-0123456789",
-                example=False,
+            test_settings(
+                data_dir,
             )
         )
         add_probe_tools(gw, HandlerRuns())

@@ -26,7 +26,7 @@ from websockets.asyncio.client import connect
 from gateway.browser import BrowserPool
 from gateway.results import Door, ToolStatus
 from gateway.serving import serving
-from gateway.settings import Settings
+from gateway.testing import test_settings
 from gateway.tokens import Purpose
 from mcp import Client
 from tests.conftest import Live, LiveFactory
@@ -69,12 +69,9 @@ async def slow_app() -> AsyncIterator[SlowApp]:
 
 @pytest_asyncio.fixture
 async def live(tmp_path: Path, live_factory: LiveFactory) -> AsyncIterator[Live]:
-    settings = Settings(
-        data_dir=tmp_path / "data",
-        secret_keys=["k-test-newest-0123456789abcdef"],
-        control_key="control-key-for-tests-0123456789",
+    settings = test_settings(
+        tmp_path / "data",
         dashboard_origins=[DASHBOARD],
-        example=False,
     )
     async with live_factory(settings) as running:
         yield running

@@ -22,9 +22,9 @@ from gateway.http import health, tasks
 from gateway.results import ToolStatus
 from gateway.runtime import Gateway
 from gateway.serving import serving
-from gateway.settings import Settings
 from gateway.tabs import ChannelLimits, DisplayProposedChange, TabConfig, TabHub, install
 from gateway.tasks import TaskCreate
+from gateway.testing import test_settings
 from tests.conftest import task_body
 
 DASHBOARD = "http://127.0.0.1:8765"
@@ -52,12 +52,9 @@ class Running:
 @pytest_asyncio.fixture
 async def running(tmp_path: Path) -> AsyncIterator[Running]:
     gw = Gateway(
-        Settings(
-            data_dir=tmp_path / "data",
-            secret_keys=["k-test-newest-0123456789abcdef"],
-            control_key="control-key-for-tests-0123456789",
+        test_settings(
+            tmp_path / "data",
             dashboard_origins=[DASHBOARD],
-            example=False,
         )
     )
     gw.services.provide(

@@ -24,8 +24,8 @@ from gateway.app import build_app, default_extensions
 from gateway.registry import Tool, ToolContext
 from gateway.runtime import Gateway
 from gateway.serving import serving
-from gateway.settings import Settings
 from gateway.tabs import ChannelLimits, TabConfig, Views
+from gateway.testing import test_settings
 from gateway.tokens import Purpose, TokenService
 from tests.conftest import task_body
 
@@ -151,14 +151,10 @@ class Arena:
 
 @contextlib.asynccontextmanager
 async def arena_at(tmp: Path) -> AsyncIterator[Arena]:
-    settings = Settings(
-        data_dir=tmp / "data",
-        secret_keys=["k-hostile-newest-0123456789abcdef"],
-        control_key="control-key-for-hostile-0123456789",
+    settings = test_settings(
+        tmp / "data",
         dashboard_origins=[DASHBOARD],
-        example=False,
         max_body_bytes=MAX_BODY,
-        browser_launch_at_start=False,
     )
     gw = Gateway(settings)
     seen = Sentinels()

@@ -23,8 +23,8 @@ import pytest_asyncio
 from gateway.browser import BrowserPool
 from gateway.chromium import find_chromium, launch_args
 from gateway.serving import serving
-from gateway.settings import Settings
 from gateway.tabs import TabHub
+from gateway.testing import test_settings
 from tests.browser.site import ForeignLog, allowed_app, foreign_app
 from tests.conftest import Live, LiveFactory
 from tests.load.harness import (
@@ -98,12 +98,9 @@ async def test_every_call_ends_once_and_everything_is_released(
 ) -> None:
     from playwright.async_api import async_playwright
 
-    settings = Settings(
-        data_dir=tmp_path / "data",
-        secret_keys=["k-test-newest-0123456789abcdef"],
-        control_key="control-key-for-tests-0123456789",
+    settings = test_settings(
+        tmp_path / "data",
         dashboard_origins=[sites.dashboard],
-        example=False,
         max_contexts=shape.tasks + 4,
         browser_processes=shape.browser_processes,
     )
