@@ -131,6 +131,9 @@ class Pipeline:
             # could be neither stored as evidence nor answered, so it is kept escaped.
             tool_name = tool_name.encode("utf-8", "backslashreplace").decode()
         tool = self.registry.get(tool_name)
+        if tool is not None:
+            # Called by its id or by its exposed name: evidence and results name the id.
+            tool_name = tool.name
         if tool is None or not tool.side_effects or not idempotency_key:
             return await self._call(
                 identity, tool_name, raw_input, door, idempotency_key, progress, cancel, call_id

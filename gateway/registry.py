@@ -18,6 +18,18 @@ from gateway.identity import TaskIdentity
 from gateway.results import Door
 
 TOOL_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,128}$")
+# The names agent clients accept: Claude Desktop refuses a whole tool list over one name
+# outside `^[a-zA-Z0-9_-]{1,64}$`, Codex and Copilot have the same rule. A tool keeps its
+# canonical id (`browser.navigate`: evidence, the bridge, allowlists) and is listed to
+# clients under its exposed name (`browser_navigate`), made by `exposed_name`.
+EXPOSED_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
+_NOT_EXPOSABLE = re.compile(r"[^a-zA-Z0-9_-]")
+
+
+def exposed_name(tool_id: str) -> str:
+    """A tool id as clients see it: every character outside [a-zA-Z0-9_-] becomes `_`."""
+    return _NOT_EXPOSABLE.sub("_", tool_id)
+
 
 M = TypeVar("M", bound=BaseModel)
 S = TypeVar("S")
@@ -99,8 +111,17 @@ class Tool:
     def __post_init__(self) -> None:
         if not TOOL_NAME.match(self.name):
             raise ValueError(f"tool name {self.name!r} must be 1 to 128 of [A-Za-z0-9_.-]")
+        if not EXPOSED_NAME.match(self.exposed_name):
+            raise ValueError(
+                f"tool name {self.name!r} is listed to clients as {self.exposed_name!r}, "
+                "which must be at most 64 characters"
+            )
         if self.timeout_s <= 0 or self.max_output_bytes <= 0:
             raise ValueError(f"tool {self.name!r}: timeout and output bound must be positive")
+
+    @property
+    def exposed_name(self) -> str:
+        return exposed_name(self.name)
 
     def input_schema(self) -> dict[str, Any]:
         return self.input_model.model_json_schema()
@@ -114,8 +135,10 @@ class Tool:
         )
 
     def catalog_entry(self) -> dict[str, Any]:
+        """The tool as every door lists it: under its exposed name, with its id beside."""
         return {
-            "name": self.name,
+            "name": self.exposed_name,
+            "tool_id": self.name,
             "title": self.title,
             "description": self.description,
             "input_schema": self.input_schema(),
@@ -146,6 +169,7 @@ class Services:
 class Registry:
     def __init__(self, tools: Iterable[Tool] = ()) -> None:
         self._tools: dict[str, Tool] = {}
+        self._exposed: dict[str, str] = {}  # exposed name -> tool id
         self._schemas: dict[str, dict[str, Any]] = {}
         self._listeners: list[Callable[[], None]] = []
         for tool in tools:
@@ -154,7 +178,16 @@ class Registry:
     def add(self, tool: Tool) -> Tool:
         if tool.name in self._tools:
             raise ValueError(f"tool {tool.name!r} is already registered")
+        # A name resolves to one tool, whether a caller gives the id or the exposed name.
+        for name in {tool.name, tool.exposed_name}:
+            other = self.get(name)
+            if other is not None:
+                raise ValueError(
+                    f"tool {tool.name!r} would be listed as {tool.exposed_name!r}, which "
+                    f"tool {other.name!r} (listed as {other.exposed_name!r}) already answers"
+                )
         self._tools[tool.name] = tool
+        self._exposed[tool.exposed_name] = tool.name
         self._schemas[tool.name] = tool.catalog_entry()
         for listener in self._listeners:
             listener()
@@ -199,7 +232,11 @@ class Registry:
         self._listeners.append(listener)
 
     def get(self, name: str) -> Tool | None:
-        return self._tools.get(name)
+        """The tool with this id, or listed under this exposed name."""
+        tool = self._tools.get(name)
+        if tool is None and name in self._exposed:
+            tool = self._tools.get(self._exposed[name])
+        return tool
 
     def __iter__(self) -> Iterator[Tool]:
         return iter(self._tools.values())

@@ -69,6 +69,12 @@ class Settings(BaseSettings):
     allowed_hosts: Annotated[list[str], NoDecode] = Field(default_factory=list)
     mcp_allowed_hosts: Annotated[list[str], NoDecode] = Field(default_factory=list)
     mcp_allowed_origins: Annotated[list[str], NoDecode] = Field(default_factory=list)
+    # MCP sessions a task may hold (at the cap a new one closes the least recently used idle
+    # one), and how long an unused session lives.
+    mcp_max_sessions_per_task: int = Field(default=16, ge=1, le=1024)
+    mcp_session_idle_s: float = Field(default=1800.0, gt=0)
+    # A screenshot's result carries the picture as an MCP image block (off: the ref only).
+    mcp_image_blocks: bool = True
 
     @field_validator("secret_keys", mode="before")
     @classmethod

@@ -227,7 +227,7 @@ async def test_a_member_cannot_call_an_admin_tool_and_does_not_see_it(
 ) -> None:
     gw, calls = env
     member, _ = await new_task(gw, role="member")
-    assert "t.admin" not in {t["name"] for t in gw.registry.catalog(member)}
+    assert "t.admin" not in {t["tool_id"] for t in gw.registry.catalog(member)}
     result = await gw.pipeline.call(member, "t.admin", {"text": "x"}, door=Door.MCP)
     assert (result.status, result.error and result.error.code) == ("denied", "forbidden")
     assert calls.count == 0
@@ -236,7 +236,7 @@ async def test_a_member_cannot_call_an_admin_tool_and_does_not_see_it(
 async def test_listing_is_not_authority(env: tuple[Gateway, Calls]) -> None:
     gw, calls = env
     narrowed, _ = await new_task(gw, allowed_tools=["t.echo"])
-    assert [t["name"] for t in gw.registry.catalog(narrowed)] == ["t.echo"]
+    assert [t["tool_id"] for t in gw.registry.catalog(narrowed)] == ["t.echo"]
     result = await gw.pipeline.call(narrowed, "t.side", {"text": "x"}, door=Door.MCP)
     assert result.error is not None and result.error.code == "forbidden"
     assert calls.count == 0
@@ -245,7 +245,7 @@ async def test_listing_is_not_authority(env: tuple[Gateway, Calls]) -> None:
 async def test_allowed_tools_prefixes(env: tuple[Gateway, Calls]) -> None:
     gw, _ = env
     ident, _ = await new_task(gw, allowed_tools=["t.*"])
-    assert {t["name"] for t in gw.registry.catalog(ident)} >= {"t.echo", "t.side"}
+    assert {t["tool_id"] for t in gw.registry.catalog(ident)} >= {"t.echo", "t.side"}
     none, _ = await new_task(gw, allowed_tools=[])
     assert gw.registry.catalog(none) == []
 

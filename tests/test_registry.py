@@ -45,7 +45,7 @@ def test_catalog_entries_carry_schema_and_hints() -> None:
         return None
 
     entry = registry.catalog(identity(scopes=["files"]))[0]
-    assert entry["name"] == "files.read"
+    assert (entry["name"], entry["tool_id"]) == ("files_read", "files.read")
     assert entry["input_schema"]["required"] == ["path"]
     assert entry["annotations"]["readOnlyHint"] is True
     assert registry.catalog(identity(scopes=["other"])) == []
@@ -69,7 +69,7 @@ def test_catalog_filters_by_role_scope_and_allowlist() -> None:
     )
 
     def names(ident: TaskIdentity) -> list[str]:
-        return [t["name"] for t in registry.catalog(ident)]
+        return [t["tool_id"] for t in registry.catalog(ident)]
 
     assert names(identity(scopes=["s"])) == ["a.admin", "a.one", "b.two"]
     assert names(identity(scopes=["s"], role="member")) == ["a.one", "b.two"]

@@ -156,7 +156,7 @@ def install_product_tools(gw: Gateway, app: SyntheticApp) -> list[Tool]:
                 }
             except GatewayError:
                 selected["run"] = None
-        mine = {t["name"] for t in gw.registry.catalog(ctx.identity)}
+        mine = {t["tool_id"] for t in gw.registry.catalog(ctx.identity)}
         return {
             "context": {
                 "org": {"id": w.org_id, "name": ORGS[w.org_id].name},

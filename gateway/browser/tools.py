@@ -16,6 +16,7 @@ from playwright.async_api import Page
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from gateway.errors import ToolFailure
+from gateway.png import png_size
 from gateway.registry import Registry, Tool, ToolAnnotations, ToolContext
 from gateway.settings import Settings
 
@@ -89,7 +90,9 @@ class WaitForInput(_Input):
 
 
 class ScreenshotInput(_Input):
-    pass
+    full_page: bool = Field(
+        default=False, description="The whole scrollable page instead of the visible part."
+    )
 
 
 async def _session(ctx: ToolContext) -> BrowserSession:
@@ -222,14 +225,18 @@ async def wait_for(ctx: ToolContext, args: WaitForInput) -> dict[str, Any]:
     return await session.run(ctx, act)
 
 
-async def screenshot(ctx: ToolContext, _args: ScreenshotInput) -> dict[str, Any]:
+async def screenshot(ctx: ToolContext, args: ScreenshotInput) -> dict[str, Any]:
     session = await _session(ctx)
     # Through `run`, as every call: the guard's verdict and the page it was taken of.
     shot = await session.run(
-        ctx, lambda page: page.screenshot(type="png", timeout=SCREENSHOT_TIMEOUT_MS)
+        ctx,
+        lambda page: page.screenshot(
+            type="png", full_page=args.full_page, timeout=SCREENSHOT_TIMEOUT_MS
+        ),
     )
     ref = await session.keep_png(ctx.identity, shot)
-    return {"artifact": ref.public(), "url": session.url}
+    width, height = png_size(shot) or (0, 0)
+    return {"artifact": ref.public(), "url": session.url, "width": width, "height": height}
 
 
 def tools(settings: Settings) -> list[Tool]:

@@ -98,10 +98,15 @@ class BearerFront:
         scope = {**scope, "user": user, IDENTITY_KEY: identity}
         watched = self.sessions.watch(scope, identity.task_id, user, send)
         if not _opens_session(scope, headers):
-            await self.app(scope, receive, watched)
+            # A POST of a session carries a call (or its answer): the session is busy until
+            # it is over, and never closed to make room meanwhile.
+            with self.sessions.in_use(
+                headers.get(SESSION_HEADER), identity.task_id, call=scope.get("method") == "POST"
+            ):
+                await self.app(scope, receive, watched)
             return
         try:
-            with self.sessions.opening(identity.task_id):
+            async with self.sessions.opening(identity.task_id):
                 await self.app(scope, receive, watched)
         except TooManySessions as exc:
             await error_response(exc)(scope, receive, send)

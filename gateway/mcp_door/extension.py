@@ -19,15 +19,19 @@ from mcp.server.streamable_http_manager import StreamableHTTPASGIApp, Streamable
 from mcp.server.transport_security import TransportSecuritySettings
 from starlette.routing import BaseRoute, Route
 
+from gateway.errors import GatewayError
 from gateway.http.hosts import HostPolicy
+from gateway.identity import TaskIdentity
 from gateway.mcp_door.bearer import BearerFront
 from gateway.mcp_door.catalog import McpCatalog
 from gateway.mcp_door.dispatch import TransportDispatch
+from gateway.mcp_door.images import ImageReader
 from gateway.mcp_door.server import build_server
 from gateway.mcp_door.sessions import TaskSessions
 from gateway.runtime import Gateway
 
 MCP_PATH = "/v1/mcp"
+MAX_IMAGE_BYTES = 16 * 1024 * 1024
 
 
 class McpDoor:
@@ -35,7 +39,9 @@ class McpDoor:
 
     def __init__(self, gw: Gateway) -> None:
         self.catalog = McpCatalog(gw.registry)
-        self.server = build_server(gw.pipeline, self.catalog)
+        self.server = build_server(
+            gw.pipeline, self.catalog, artifact_reader(gw) if gw.settings.mcp_image_blocks else None
+        )
         # Host and Origin are checked by the bearer front, before the token.
         unguarded = TransportSecuritySettings(enable_dns_rebinding_protection=False)
         self.manager = StreamableHTTPSessionManager(
@@ -44,6 +50,7 @@ class McpDoor:
             stateless=False,
             security_settings=unguarded,
             max_request_body_size=gw.settings.max_body_bytes,
+            session_idle_timeout=gw.settings.mcp_session_idle_s,
         )
         self.json_manager = StreamableHTTPSessionManager(
             app=self.server,
@@ -58,13 +65,28 @@ class McpDoor:
             StreamableHTTPASGIApp(self.json_manager),
             max_body_bytes=gw.settings.max_body_bytes,
         )
-        self.sessions = TaskSessions(streaming)
+        self.sessions = TaskSessions(streaming, cap=gw.settings.mcp_max_sessions_per_task)
         policy = HostPolicy.from_settings(gw.settings)
         self.front = BearerFront(gw.tasks, dispatch, policy, self.sessions)
 
     async def task_ended(self, task_id: str, reason: str) -> None:
         self.front.forget(task_id)
         await self.sessions.close_task(task_id, reason)
+
+
+def artifact_reader(gw: Gateway) -> ImageReader:
+    """Reads an artifact for the task that made it, and for no other."""
+
+    async def read(identity: TaskIdentity, artifact_id: str) -> bytes | None:
+        try:
+            ref = await gw.store.get_artifact(artifact_id)
+            if ref.task_id != identity.task_id or ref.size > MAX_IMAGE_BYTES:
+                return None
+            return await gw.store.read_artifact(ref)
+        except GatewayError:
+            return None
+
+    return read
 
 
 def install(gw: Gateway) -> list[BaseRoute]:

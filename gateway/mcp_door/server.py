@@ -27,6 +27,7 @@ from mcp.server.lowlevel import Server
 from gateway.identity import TaskIdentity
 from gateway.mcp_door.bearer import identity_of
 from gateway.mcp_door.catalog import McpCatalog
+from gateway.mcp_door.images import ImageReader, image_block
 from gateway.mcp_door.rendering import render
 from gateway.ports import CallRunner
 from gateway.registry import ProgressFn
@@ -85,7 +86,9 @@ async def call_until_cancelled(
         raise
 
 
-def build_server(calls: CallRunner, catalog: McpCatalog) -> Server[Any]:
+def build_server(
+    calls: CallRunner, catalog: McpCatalog, images: ImageReader | None = None
+) -> Server[Any]:
     async def list_tools(
         ctx: Context, _params: types.PaginatedRequestParams | None
     ) -> types.ListToolsResult:
@@ -103,7 +106,8 @@ def build_server(calls: CallRunner, catalog: McpCatalog) -> Server[Any]:
             key=idempotency_key(meta),
             progress=progress_of(ctx),
         )
-        return render(result)
+        image = await image_block(result, identity, images) if images is not None else None
+        return render(result, image)
 
     server: Server[Any] = Server(
         "gateway",

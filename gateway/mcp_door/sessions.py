@@ -1,19 +1,32 @@
-"""The MCP sessions each task holds open, so that ending the task ends them too.
+"""The MCP sessions each task holds open: capped, never a lock-out, ended with the task.
 
 Clients of the handshake protocol versions open a session (`Mcp-Session-Id`) that the
-SDK's session manager keeps until the client deletes it or it idles out. The SDK binds a
-session to the principal that opened it (here: the task), so no other task's token can
-use it; what it does not know is when a task ends. This registry notes each session as
-the manager creates it and, when the task ends, closes it the way a client would: a
-`DELETE` with that session id, under the task's principal, straight to the manager.
-Requests of the stateless 2026 protocol carry no session and need nothing here.
+SDK's session manager keeps until the client deletes it or it idles out. Many clients
+never delete theirs (the TypeScript SDK's `close()` sends no `DELETE`), so a reconnecting
+agent leaves a trail of them. This registry notes each session as the manager creates it
+and keeps the task's count at most `cap`:
+
+- a new handshake at the cap closes the task's least recently used idle session (its next
+  request gets 404, the protocol's signal to initialize again) instead of refusing the new
+  one; a session with a call in flight is never closed this way;
+- handshakes under way count against the cap, so no burst of `initialize` passes it; only
+  when every session is busy is a handshake refused (429, retryable);
+- when the task ends, every session it opened is closed.
+
+The SDK binds a session to the principal that opened it (the task), so no other task's
+token can use one; only the owner's own requests can tell that a session is gone. A
+session is closed the way a client would: a `DELETE` with its id, under the task's
+principal, straight to the manager. Requests of the stateless 2026 protocol carry no
+session and need nothing here.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Iterator
+import time
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
 
 from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
 from starlette.datastructures import Headers
@@ -23,9 +36,6 @@ from gateway.errors import GatewayError
 from gateway.results import ErrorCode
 
 SESSION_HEADER = "mcp-session-id"
-# One agent needs one session; a cap per task keeps one token from filling the manager's
-# session table (shared by every task) and locking the others out.
-MAX_SESSIONS_PER_TASK = 16
 
 log = logging.getLogger(__name__)
 
@@ -35,21 +45,30 @@ class TooManySessions(GatewayError):
     http_status = 429
     retryable = True
 
-    def __init__(self) -> None:
+    def __init__(self, cap: int) -> None:
         super().__init__(
-            f"this task already holds {MAX_SESSIONS_PER_TASK} MCP sessions; close one first"
+            f"every one of this task's {cap} MCP sessions has a call in flight; retry when "
+            "one has answered"
         )
 
 
+@dataclass
+class _Session:
+    task_id: str
+    user: AuthenticatedUser
+    last_used: float
+    in_flight: int = 0
+
+
 class TaskSessions:
-    def __init__(self, manager_app: ASGIApp) -> None:
+    def __init__(self, manager_app: ASGIApp, *, cap: int = 16) -> None:
         self._manager_app = manager_app
-        # session id -> (task id, the principal that opened it)
-        self._sessions: dict[str, tuple[str, AuthenticatedUser]] = {}
+        self.cap = cap
+        self._sessions: dict[str, _Session] = {}
         self._by_task: dict[str, set[str]] = {}
-        # Handshakes under way, by task: they count against the cap until they answer,
-        # so a burst of concurrent `initialize` cannot open more than the cap.
+        # Handshakes under way, by task: they count against the cap until they answer.
         self._opening: dict[str, int] = {}
+        self.evicted = 0
 
     def task_ids(self) -> set[str]:
         """Tasks that hold an MCP session."""
@@ -58,14 +77,25 @@ class TaskSessions:
     def open_for(self, task_id: str) -> list[str]:
         return sorted(self._by_task.get(task_id, ()))
 
+    def owner(self, session_id: str) -> str | None:
+        entry = self._sessions.get(session_id)
+        return entry.task_id if entry else None
+
     def _held(self, task_id: str) -> int:
         return len(self._by_task.get(task_id, ())) + self._opening.get(task_id, 0)
 
-    @contextlib.contextmanager
-    def opening(self, task_id: str) -> Iterator[None]:
-        """Hold a place for a session this request may open; TooManySessions at the cap."""
-        if self._held(task_id) >= MAX_SESSIONS_PER_TASK:
-            raise TooManySessions()
+    # -- a handshake ----------------------------------------------------------------------
+
+    @contextlib.asynccontextmanager
+    async def opening(self, task_id: str) -> AsyncIterator[None]:
+        """Hold a place for the session a handshake may open, making room at the cap."""
+        while self._held(task_id) >= self.cap:
+            idle = self._least_recently_used_idle(task_id)
+            if idle is None:
+                raise TooManySessions(self.cap)
+            self.evicted += 1
+            log.info("MCP session %s… closed to make room for a new one", idle[:8])
+            await self.close(idle)
         self._opening[task_id] = self._opening.get(task_id, 0) + 1
         try:
             yield
@@ -76,23 +106,30 @@ class TaskSessions:
             else:
                 del self._opening[task_id]
 
-    def _add(self, session_id: str, task_id: str, user: AuthenticatedUser) -> None:
-        self._sessions[session_id] = (task_id, user)
-        self._by_task.setdefault(task_id, set()).add(session_id)
+    def _least_recently_used_idle(self, task_id: str) -> str | None:
+        idle = [
+            (self._sessions[sid].last_used, sid)
+            for sid in self._by_task.get(task_id, ())
+            if self._sessions[sid].in_flight == 0
+        ]
+        return min(idle)[1] if idle else None
 
-    def _remove(self, session_id: str) -> tuple[str, AuthenticatedUser] | None:
-        entry = self._sessions.pop(session_id, None)
-        if entry is not None:
-            held = self._by_task.get(entry[0])
-            if held is not None:
-                held.discard(session_id)
-                if not held:
-                    del self._by_task[entry[0]]
-        return entry
+    # -- a session's requests ---------------------------------------------------------------
 
-    def owner(self, session_id: str) -> str | None:
-        entry = self._sessions.get(session_id)
-        return entry[0] if entry else None
+    @contextlib.contextmanager
+    def in_use(self, session_id: str | None, task_id: str, *, call: bool) -> Iterator[None]:
+        """A request of the owner's session: it is used now, and a call keeps it busy."""
+        entry = self._sessions.get(session_id or "")
+        if entry is None or entry.task_id != task_id:
+            yield
+            return
+        entry.last_used = time.monotonic()
+        entry.in_flight += int(call)
+        try:
+            yield
+        finally:
+            entry.in_flight -= int(call)
+            entry.last_used = time.monotonic()
 
     def watch(self, scope: Scope, task_id: str, user: AuthenticatedUser, send: Send) -> Send:
         """Wrap `send` to note the session a response opens, or forget one that ended."""
@@ -105,6 +142,20 @@ class TaskSessions:
         if requested is not None and self.owner(requested) == task_id:
             return self._forgetting(requested, method == "DELETE", send)
         return send
+
+    def _add(self, session_id: str, task_id: str, user: AuthenticatedUser) -> None:
+        self._sessions[session_id] = _Session(task_id, user, time.monotonic())
+        self._by_task.setdefault(task_id, set()).add(session_id)
+
+    def _remove(self, session_id: str) -> _Session | None:
+        entry = self._sessions.pop(session_id, None)
+        if entry is not None:
+            held = self._by_task.get(entry.task_id)
+            if held is not None:
+                held.discard(session_id)
+                if not held:
+                    del self._by_task[entry.task_id]
+        return entry
 
     def _noting(self, task_id: str, user: AuthenticatedUser, send: Send) -> Send:
         async def noting(message: Message) -> None:
@@ -127,6 +178,8 @@ class TaskSessions:
 
         return forgetting
 
+    # -- closing --------------------------------------------------------------------------
+
     async def close_task(self, task_id: str, _reason: str = "") -> None:
         """A task ended: close every session it opened (a `gw.tasks.on_end` listener)."""
         for session_id in self.open_for(task_id):
@@ -136,7 +189,6 @@ class TaskSessions:
         entry = self._remove(session_id)
         if entry is None:
             return
-        _task_id, user = entry
         scope: Scope = {
             "type": "http",
             "asgi": {"version": "3.0"},
@@ -150,7 +202,7 @@ class TaskSessions:
             "headers": [(SESSION_HEADER.encode(), session_id.encode())],
             "client": None,
             "server": None,
-            "user": user,
+            "user": entry.user,
         }
         status: list[int] = []
 

@@ -125,6 +125,26 @@ def allowed_app(foreign: str) -> Starlette:
             " document.getElementById('done').textContent = 'requested'; });</script>",
         )
 
+    async def tall(_r: Request) -> Response:
+        return _page(
+            "Tall",
+            "<h1>Tall</h1><div style='height:4000px;background:linear-gradient(red,blue)'></div>",
+        )
+
+    async def table(request: Request) -> Response:
+        rows = min(int(request.query_params.get("rows", "60")), 20_000)
+        body = "".join(
+            f"<tr><td><a href='/second?row={i}'>Agent {i}</a></td><td>eval-{i % 7}</td>"
+            f"<td>{'passed' if i % 3 else 'failed'}</td></tr>"
+            for i in range(rows)
+        )
+        return _page(
+            "Table",
+            "<h1>Agents</h1><nav><a href='/'>Home</a></nav>"
+            f"<table><thead><tr><th>Agent</th><th>Suite</th><th>State</th></tr></thead>"
+            f"<tbody>{body}</tbody></table>",
+        )
+
     async def login(_r: Request) -> Response:
         return _page(
             "Login",
@@ -142,6 +162,8 @@ def allowed_app(foreign: str) -> Starlette:
             Route("/", home),
             Route("/network", network),
             Route("/login", login),
+            Route("/tall", tall),
+            Route("/table", table),
             Route("/flood", flood),
             Route("/second", second),
             Route("/redirect", redirect),

@@ -178,7 +178,7 @@ async def test_a_member_drafts_but_saving_is_denied_and_stays_unsaved(stack: Sta
     task = await stack.task("max")
     member = await stack.identity(task)
     assert member.actor.role == "member"
-    catalog = {t["name"] for t in stack.live.gateway.registry.catalog(member)}
+    catalog = {t["tool_id"] for t in stack.live.gateway.registry.catalog(member)}
     assert "agents.save_draft" not in catalog
     assert "agents.prepare_draft" in catalog
     async with open_tab(

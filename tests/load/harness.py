@@ -209,8 +209,8 @@ class Doors:
             return str(result.get("status")), (result.get("error") or {}).get("code")
 
         plan: list[tuple[str, str, Callable[[int], dict[str, Any]]]] = [
-            ("webmcp", "ui.show_run_progress", lambda i: {"run_id": f"tab_{i}"}),
-            ("webmcp", "ui.read_view", lambda _i: {}),
+            ("webmcp", "ui_show_run_progress", lambda i: {"run_id": f"tab_{i}"}),
+            ("webmcp", "ui_read_view", lambda _i: {}),
             (
                 "tab",
                 "ui.display_proposed_change",

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any, cast
 
 import pytest
@@ -18,14 +17,14 @@ async def test_initialize_list_and_call(door: DoorLive, mode: str) -> None:
     async with door.client(task["tokens"]["agent"], mode=mode) as client:
         listed = await client.list_tools()
         tools = {tool.name: tool for tool in listed.tools}
-        noop = tools["test.noop"]
+        noop = tools["test_noop"]
         assert noop.title == "No-op"
         assert noop.description == "Returns at once."
         assert noop.input_schema["type"] == "object"
         assert noop.annotations is not None
         assert noop.annotations.read_only_hint is True
         assert noop.annotations.idempotent_hint is True
-        write = tools["test.write"]
+        write = tools["test_write"]
         assert write.annotations is not None
         assert write.annotations.destructive_hint is True
         assert write.annotations.idempotent_hint is False
@@ -36,8 +35,8 @@ async def test_initialize_list_and_call(door: DoorLive, mode: str) -> None:
     assert structured["status"] == "succeeded"
     assert structured["output"] == {"ok": True}
     assert structured["tool"] == "test.noop"
-    # The text block is the same object, for clients that show only text.
-    assert json.loads(result.content[0].text) == structured  # type: ignore[union-attr]
+    # The text block is the same result written for a model: a status line, then fields.
+    assert result.content[0].text == "test.noop succeeded\nok: true"  # type: ignore[union-attr]
     # The handler ran under the token's task, and the call is recorded as an MCP call.
     assert door.probe.identities == [task["task_id"]]
     records = [r for r in await door.evidence(task["task_id"]) if r["kind"] == "call"]
@@ -123,7 +122,7 @@ async def test_catalog_is_read_fresh_as_tools_register(door: DoorLive) -> None:
     task = await door.live.create_task()
     async with door.client(task["tokens"]["agent"]) as client:
         before = {t.name for t in (await client.list_tools()).tools}
-        assert "test.late" not in before
+        assert "test_late" not in before
 
         @door.live.gateway.registry.tool(
             "test.late", title="Late", description="Registered later.", input_model=Empty
@@ -132,6 +131,6 @@ async def test_catalog_is_read_fresh_as_tools_register(door: DoorLive) -> None:
             return {"late": True}
 
         after = {t.name for t in (await client.list_tools()).tools}
-        assert after == before | {"test.late"}
+        assert after == before | {"test_late"}
         result = await client.call_tool("test.late", {})
     assert result.structured_content["output"] == {"late": True}

@@ -43,7 +43,7 @@ async def run_example(door: DoorLive, tmp_path: Path, *args: str) -> str:
 async def test_the_guides_agent_lists_and_calls(door: DoorLive, tmp_path: Path) -> None:
     out = await run_example(door, tmp_path, "test.noop")
     lines = out.strip().splitlines()
-    assert any(line.startswith("test.noop") for line in lines)
+    assert any(line.startswith("test_noop") for line in lines)
     status, _, body = lines[-1].partition(" ")
     assert status == "ok"
     assert json.loads(body)["output"] == {"ok": True}

@@ -52,7 +52,7 @@ async def test_cancel_reaches_the_tab_holding_the_ui_action(tab_door: DoorLive, 
         }
         await ws.send(json.dumps(hello))
         welcome = await frame(ws, "welcome")
-        assert "ui.read_view" in {tool["name"] for tool in welcome["tools"]}
+        assert "ui_read_view" in {tool["name"] for tool in welcome["tools"]}
 
         async with tab_door.client(task["tokens"]["agent"], mode=mode) as client:
             async with anyio.create_task_group() as group:

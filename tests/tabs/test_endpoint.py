@@ -38,7 +38,7 @@ async def test_hello_welcomes_with_catalog_views_and_heartbeat(
         welcome = await tab.hello(task["tokens"]["tab"])
     assert welcome["type"] == "welcome"
     assert welcome["task_id"] == task["task_id"]
-    assert [t["name"] for t in welcome["tools"]] == [
+    assert [t["tool_id"] for t in welcome["tools"]] == [
         "ui.display_proposed_change",
         "ui.open_view",
         "ui.populate_draft",

@@ -74,7 +74,7 @@ async def test_reading_does_not_grant_writing(gw: Gateway) -> None:
         reader, "workspace.write", {"path": "x", "contents": "x"}, door=Door.BRIDGE
     )
     assert (result.status, result.error and result.error.code) == ("denied", "forbidden")
-    catalog = {entry["name"] for entry in gw.registry.catalog(reader)}
+    catalog = {entry["tool_id"] for entry in gw.registry.catalog(reader)}
     assert catalog == {"workspace.read", "workspace.search"}
 
 

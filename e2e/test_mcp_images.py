@@ -1,0 +1,92 @@
+"""Screenshots reach a model as pictures: an MCP image block of the true type, scaled to
+what a model takes, beside the artifact's ref, through both official SDK clients."""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import httpx2
+import pytest
+import pytest_asyncio
+from mcp.client.streamable_http import streamable_http_client
+
+from gateway.mcp_door.images import MAX_PIXELS, MAX_SIDE
+from gateway.png import png_size
+from gateway.testing import LiveGateway, live_gateway, test_settings
+from mcp import Client
+from tests.browser.conftest import Sites
+from tests.clients.npm import ensure_installed, ts_agent
+
+pytestmark = [pytest.mark.browser, pytest.mark.asyncio(loop_scope="session")]
+
+
+@pytest_asyncio.fixture(loop_scope="session")
+async def gateway(tmp_path: Path, sites: Sites) -> AsyncIterator[LiveGateway]:
+    async with live_gateway(test_settings(tmp_path / "data")) as live:
+        yield live
+
+
+async def _task(live: LiveGateway, sites: Sites) -> dict[str, Any]:
+    return await live.create_task(scopes=["browser"], app_origin=sites.allowed)
+
+
+async def test_the_typescript_client_gets_the_screenshot_as_an_image(
+    gateway: LiveGateway, sites: Sites
+) -> None:
+    ensure_installed()
+    task = await _task(gateway, sites)
+    plan = {"url": f"{gateway.base_url}/v1/mcp", "token": task["tokens"]["agent"]}
+    opened = await ts_agent(
+        {**plan, "scenario": "call", "tool": "browser_navigate", "arguments": {"url": "/tall"}}
+    )
+    assert opened["structured"]["status"] == "succeeded", opened
+    shot = await ts_agent(
+        {**plan, "scenario": "call", "tool": "browser_screenshot", "arguments": {"full_page": True}}
+    )
+    assert shot["structured"]["status"] == "succeeded", shot
+    output = shot["structured"]["output"]
+    # The artifact keeps the whole page; the image block is scaled to fit.
+    assert output["height"] > 4000 and output["artifact"]["media_type"] == "image/png"
+    [text, image] = shot["content"]
+    assert text["type"] == "text" and text["text"].startswith("browser.screenshot succeeded")
+    assert image["type"] == "image" and image["mimeType"] == "image/png"
+    width, height = image["size"]
+    assert max(width, height) <= MAX_SIDE and width * height <= MAX_PIXELS
+    assert abs(width / height - output["width"] / output["height"]) < 0.02
+
+
+async def test_the_python_client_gets_the_visible_page_unscaled(
+    gateway: LiveGateway, sites: Sites
+) -> None:
+    task = await _task(gateway, sites)
+    headers = {"authorization": f"Bearer {task['tokens']['agent']}"}
+    async with (
+        httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(60.0)) as http,
+        Client(streamable_http_client(f"{gateway.base_url}/v1/mcp", http_client=http)) as client,
+    ):
+        assert not (await client.call_tool("browser_navigate", {"url": "/"})).is_error
+        result = await client.call_tool("browser_screenshot", {})
+    output = result.structured_content["output"]
+    image = result.content[1]
+    assert image.type == "image" and image.mime_type == "image/png"  # type: ignore[union-attr]
+    data = base64.b64decode(image.data)  # type: ignore[union-attr]
+    assert png_size(data) == (output["width"], output["height"])  # within bounds: as taken
+
+
+async def test_a_setting_leaves_the_image_out_for_clients_that_reject_images(
+    tmp_path: Path, sites: Sites
+) -> None:
+    async with live_gateway(test_settings(tmp_path / "data", mcp_image_blocks=False)) as live:
+        task = await _task(live, sites)
+        headers = {"authorization": f"Bearer {task['tokens']['agent']}"}
+        async with (
+            httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(60.0)) as http,
+            Client(streamable_http_client(f"{live.base_url}/v1/mcp", http_client=http)) as client,
+        ):
+            assert not (await client.call_tool("browser_navigate", {"url": "/"})).is_error
+            result = await client.call_tool("browser_screenshot", {})
+    assert [block.type for block in result.content] == ["text"]
+    assert result.structured_content["output"]["artifact"]["artifact_id"].startswith("art_")

@@ -1,0 +1,103 @@
+// An agent written with the official TypeScript MCP SDK client, as an app team would write
+// one, run by the test suite against a live gateway. One scenario per run; it prints one
+// JSON object on stdout and exits 0 unless the scenario itself could not run.
+//
+//   node ts_agent.mjs '{"url": ".../v1/mcp", "token": "...", "scenario": "list"}'
+
+import { Client } from "@modelcontextprotocol/sdk/client/index.js";
+import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
+
+const plan = JSON.parse(process.argv[2]);
+
+async function connected() {
+  const transport = new StreamableHTTPClientTransport(new URL(plan.url), {
+    requestInit: { headers: { Authorization: `Bearer ${plan.token}` } },
+  });
+  const client = new Client({ name: "gateway-tests-ts-agent", version: "1.0.0" });
+  await client.connect(transport);
+  return client;
+}
+
+function summary(result) {
+  return {
+    isError: Boolean(result.isError),
+    structured: result.structuredContent ?? null,
+    content: result.content.map((block) =>
+      block.type === "image"
+        ? { type: "image", mimeType: block.mimeType, bytes: Buffer.from(block.data, "base64").length,
+            size: pngSize(Buffer.from(block.data, "base64")) }
+        : { type: block.type, text: block.text ?? null },
+    ),
+  };
+}
+
+function pngSize(bytes) {
+  const signature = "89504e470d0a1a0a";
+  if (bytes.length < 24 || bytes.subarray(0, 8).toString("hex") !== signature) return null;
+  return [bytes.readUInt32BE(16), bytes.readUInt32BE(20)];
+}
+
+const scenarios = {
+  async list() {
+    const client = await connected();
+    const { tools } = await client.listTools();
+    await client.close();
+    return { names: tools.map((t) => t.name) };
+  },
+  async call() {
+    const client = await connected();
+    const result = await client.callTool({ name: plan.tool, arguments: plan.arguments ?? {} });
+    await client.close();
+    return summary(result);
+  },
+  async progress() {
+    const client = await connected();
+    const seen = [];
+    const result = await client.callTool(
+      { name: plan.tool, arguments: plan.arguments ?? {} },
+      undefined,
+      { onprogress: (p) => seen.push(p), resetTimeoutOnProgress: true },
+    );
+    await client.close();
+    return { progress: seen, ...summary(result) };
+  },
+  async cancel() {
+    const client = await connected();
+    const abort = new AbortController();
+    setTimeout(() => abort.abort("the test cancels"), plan.after_ms ?? 1000);
+    let error = null;
+    try {
+      await client.callTool({ name: plan.tool, arguments: {} }, undefined, { signal: abort.signal });
+    } catch (e) {
+      error = String(e && e.message ? e.message : e);
+    }
+    // Let the cancellation notification go out before the connection closes.
+    await new Promise((r) => setTimeout(r, 300));
+    await client.close();
+    return { error };
+  },
+  async reconnect() {
+    // close() sends no DELETE: each round leaves its session behind, as real agents do.
+    const rounds = [];
+    for (let i = 0; i < plan.times; i++) {
+      try {
+        const client = await connected();
+        const result = await client.callTool({ name: plan.tool, arguments: {} });
+        rounds.push(result.isError ? "error" : "ok");
+        await client.close();
+      } catch (e) {
+        rounds.push(`failed: ${String(e && e.message ? e.message : e).slice(0, 200)}`);
+      }
+    }
+    return { rounds };
+  },
+};
+
+try {
+  const out = await scenarios[plan.scenario]();
+  process.stdout.write(JSON.stringify(out) + "\n");
+  process.exit(0);
+} catch (e) {
+  process.stdout.write(JSON.stringify({ crashed: String(e && e.stack ? e.stack : e) }) + "\n");
+  process.exit(1);
+}
