@@ -71,8 +71,8 @@ async def test_the_python_client_gets_the_visible_page_unscaled(
         result = await client.call_tool("browser_screenshot", {})
     output = result.structured_content["output"]
     image = result.content[1]
-    assert image.type == "image" and image.mime_type == "image/png"  # type: ignore[union-attr]
-    data = base64.b64decode(image.data)  # type: ignore[union-attr]
+    assert image.type == "image" and image.mime_type == "image/png"
+    data = base64.b64decode(image.data)
     assert png_size(data) == (output["width"], output["height"])  # within bounds: as taken
 
 
