@@ -5,12 +5,15 @@ WebMCP, with their results checked in the DOM, the app's store and the evidence.
 from __future__ import annotations
 
 import contextlib
+import re
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import httpx2
 import pytest
 import pytest_asyncio
+from mcp.client.streamable_http import streamable_http_client
 
 from examples.synthetic_app.directory import USERS
 from examples.synthetic_app.models import RunRequest
@@ -27,6 +30,11 @@ from examples.synthetic_app.workflow import (
 from gateway.results import Door as GatewayDoor
 from gateway.testing import test_settings
 from gateway.tokens import Purpose
+from mcp import Client
+from tests.clients.npm import ensure_installed, ts_agent
+
+# The pattern Claude Desktop enforces on a whole tool list (Codex and Copilot alike).
+CLIENT_SAFE = re.compile(r"[a-zA-Z0-9_-]{1,64}")
 
 pytestmark = [pytest.mark.browser, pytest.mark.asyncio(loop_scope="session")]
 
@@ -262,3 +270,32 @@ async def test_a_user_runs_an_evaluation_from_the_pages(
         assert await page.get_attribute("#assistant", "data-state") == "connected"
     finally:
         await context.close()
+
+
+async def test_every_tool_of_the_example_is_listed_under_a_client_safe_name(
+    dashboard_browser: Any, example: ExampleStack
+) -> None:
+    """Both official SDK clients list the example's tools (the app's and the gateway's),
+    each under a name Claude Desktop, Codex and Copilot accept."""
+    ensure_installed()
+    context, page = await new_page(dashboard_browser)
+    try:
+        await sign_in(page, example.dashboard_url, "ada")
+        token = await open_assistant(page, example, "ada")
+        headers = {"authorization": f"Bearer {token}"}
+        async with (
+            httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(30.0)) as http,
+            Client(streamable_http_client(f"{example.gateway_url}/v1/mcp", http_client=http)) as c,
+        ):
+            python_names = sorted(t.name for t in (await c.list_tools()).tools)
+        listed = await ts_agent(
+            {"url": f"{example.gateway_url}/v1/mcp", "token": token, "scenario": "list"}
+        )
+    finally:
+        await context.close()
+    assert sorted(listed["names"]) == python_names
+    assert {"agents_save_draft", "evals_start_run", "ui_read_view", "browser_navigate"} <= set(
+        python_names
+    )
+    bad = [n for n in python_names if not CLIENT_SAFE.fullmatch(n)]
+    assert bad == []

@@ -28,6 +28,7 @@ from gateway.redaction import Redactor
 from gateway.registry import Registry, Services
 from gateway.settings import Settings
 from gateway.store.database import Store
+from gateway.task_log import TaskLog
 from gateway.tasks import TaskService
 from gateway.tokens import Purpose, TokenService
 
@@ -101,8 +102,10 @@ class Gateway:
             self.metrics,
             self.events,
         )
+        self.task_log = TaskLog()
         self.tasks.on_end(self.pipeline.forget)
         self.tasks.on_end(self.events.task_ended)
+        self.tasks.on_end(self.task_log.task_ended)
         self._parts: list[Part] = []
         self._stack: contextlib.AsyncExitStack | None = None
         self.sweep_interval_s = 2.0  # how soon an expired task's tab and browser are let go

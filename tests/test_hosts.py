@@ -105,3 +105,21 @@ def test_bad_origin_setting_is_refused(tmp_path: Path) -> None:
 )
 def test_split_host(value: str, expected: tuple[str, str | None]) -> None:
     assert split_host(value) == expected
+
+
+def test_a_loopback_gateway_answers_loopback_pages_and_no_look_alike(tmp_path: Path) -> None:
+    p = policy(tmp_path)  # host 127.0.0.1
+    for origin in ("http://localhost:3000", "http://127.0.0.1:8765", "http://[::1]:9"):
+        assert origin_ok(p, origin), origin
+    for origin in (
+        "http://localhost.evil.example",
+        "http://127.0.0.1.evil.example:80",
+        "https://localhost:3000",
+        "http://LOCALHOST:3000",
+        "http://localhost:03000",
+    ):
+        assert not origin_ok(p, origin), origin
+    # Not for a gateway serving a network, nor once origins are named.
+    assert not origin_ok(policy(tmp_path, host="10.0.0.5"), "http://localhost:3000")
+    named = policy(tmp_path, mcp_allowed_origins="https://app.example.com")
+    assert not origin_ok(named, "http://localhost:3000")

@@ -31,7 +31,10 @@ def install(gw: Gateway) -> list[BaseRoute]:
         gw.settings,
         processes,
         EvidenceSink(
-            record=gw.events.record, repeated=gw.events.repeated, put_artifact=put_artifact
+            record=gw.events.record,
+            repeated=gw.events.repeated,
+            log=gw.task_log.publish,
+            put_artifact=put_artifact,
         ),
         owns_processes=owns,
         metrics=gw.metrics.registry,

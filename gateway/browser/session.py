@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
-from playwright.async_api import BrowserContext, Download, Frame, Page
+from playwright.async_api import BrowserContext, ConsoleMessage, Download, Frame, Page
 from playwright.async_api import Error as PlaywrightError
 
 from gateway.errors import ToolFailure
@@ -31,6 +31,7 @@ from gateway.identity import TaskIdentity
 from gateway.registry import ToolContext
 from gateway.results import ErrorCode, ToolStatus
 from gateway.store.database import ArtifactRef
+from gateway.task_log import Level
 
 from .errors import browser_unavailable, map_playwright_error
 from .guard_proxy import BlockedRequest, OriginProxy
@@ -46,6 +47,7 @@ POPUP_WAIT_MS = 1000
 SETTLE_TIMEOUT_S = 3.0
 SNAPSHOT_TIMEOUT_MS = 30_000
 SCREENSHOT_TIMEOUT_MS = 10_000
+LOG_TEXT_CHARS = 2000
 
 
 @dataclass(frozen=True)
@@ -55,6 +57,8 @@ class EvidenceSink:
     record: Callable[[TaskIdentity, str, Mapping[str, Any]], Awaitable[Any]]
     # For kinds that come in floods (refused requests): aggregated per task and window.
     repeated: Callable[[TaskIdentity, str, Mapping[str, Any]], None]
+    # What the page says as it happens (console errors, uncaught errors), for listeners.
+    log: Callable[[str, Level, str, dict[str, Any]], None]
     put_artifact: Callable[[TaskIdentity, bytes, str, str], Awaitable[ArtifactRef]]
 
 
@@ -170,6 +174,8 @@ class BrowserSession:
         self.page.on("domcontentloaded", self._new_document)
         self.page.on("download", self._download)
         self.page.on("crash", lambda _page: self.lose("the task's page crashed"))
+        self.page.on("console", self._console)
+        self.page.on("pageerror", self._page_error)
         self.context.on("page", self._popup)
 
     async def assign(self, identity: TaskIdentity) -> None:
@@ -234,6 +240,25 @@ class BrowserSession:
         if not page_url_allowed(url, self.origins):
             self._violate("navigation_blocked", url, denies=True)
             self._restore_soon()
+
+    def _console(self, message: ConsoleMessage) -> None:
+        if self.identity is not None and message.type in ("error", "warning"):
+            level: Level = "error" if message.type == "error" else "warning"
+            self.sink.log(
+                self.identity.task_id,
+                level,
+                "browser.console",
+                {"text": message.text[:LOG_TEXT_CHARS], "page": self.url[:512]},
+            )
+
+    def _page_error(self, error: PlaywrightError) -> None:
+        if self.identity is not None:
+            self.sink.log(
+                self.identity.task_id,
+                "error",
+                "browser.page",
+                {"error": str(error)[:LOG_TEXT_CHARS], "page": self.url[:512]},
+            )
 
     def _new_document(self, _page: Page) -> None:
         self.document += 1

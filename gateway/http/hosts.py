@@ -16,6 +16,7 @@ prefix or suffix matching, so `127.0.0.1:80.evil.example` matches nothing.
 from __future__ import annotations
 
 import contextlib
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from urllib.parse import urlsplit
@@ -28,6 +29,8 @@ from gateway.origins import OriginError, normalize_origin, origin_allowed
 from gateway.settings import Settings
 
 LOOPBACK_NAMES = ("127.0.0.1", "localhost", "[::1]")
+LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
+LOOPBACK_ORIGIN = re.compile(r"http://(?:localhost|127\.0\.0\.1|\[::1\])(?::[1-9][0-9]{0,4})?")
 ANY = "*"
 
 
@@ -56,6 +59,7 @@ def split_host(value: str) -> tuple[str, str | None]:
 class HostPolicy:
     hosts: frozenset[str]  # "name", "name:port" or "name:*"; ANY disables the check
     origins: frozenset[str]  # normalized origins; ANY disables the check
+    loopback_origins: bool = False  # also http://localhost, 127.0.0.1 and [::1], any port
 
     @classmethod
     def from_settings(cls, settings: Settings) -> HostPolicy:
@@ -75,7 +79,11 @@ class HostPolicy:
         # A wildcard bind address has no origin of its own.
         with contextlib.suppress(OriginError):
             origins.add(normalize_origin(settings.base_url))
-        return cls(frozenset(hosts), frozenset(origins))
+        # A gateway on loopback answers pages of loopback origins (a local agent's own UI),
+        # as the MCP transport's guidance for local servers has it; a rebinding attacker's
+        # page has its own name in its origin, never these.
+        local = settings.host in LOOPBACK_HOSTS and not settings.mcp_allowed_origins
+        return cls(frozenset(hosts), frozenset(origins), loopback_origins=local)
 
     def host_allowed(self, host: str | None) -> bool:
         if ANY in self.hosts:
@@ -92,6 +100,8 @@ class HostPolicy:
     def check_origin(self, origin: str | None) -> None:
         """An MCP request's Origin: none (an agent), or exactly one the door was told of."""
         if origin is None or ANY in self.origins or origin_allowed(origin, self.origins):
+            return
+        if self.loopback_origins and LOOPBACK_ORIGIN.fullmatch(origin):
             return
         raise Forbidden("requests from that Origin are refused; see GATEWAY_MCP_ALLOWED_ORIGINS")
 

@@ -17,23 +17,29 @@ request that carried the message (put there by the bearer front), never from the
 from __future__ import annotations
 
 import asyncio
+import warnings
 from typing import Any
 
 import anyio
 import mcp_types as types
 from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel import Server
+from mcp.shared.exceptions import MCPDeprecationWarning, MCPError
 
+from gateway.errors import NotFound
 from gateway.identity import TaskIdentity
 from gateway.mcp_door.bearer import identity_of
 from gateway.mcp_door.catalog import McpCatalog
 from gateway.mcp_door.images import ImageReader, image_block
 from gateway.mcp_door.rendering import render
+from gateway.mcp_door.resources import ArtifactResources
 from gateway.ports import CallRunner
 from gateway.registry import ProgressFn
 from gateway.results import Door, ToolResult
+from gateway.task_log import Level, TaskLog, at_least
 
 IDEMPOTENCY_META_KEY = "idempotency_key"
+INVALID_PARAMS = -32602
 MAX_IDEMPOTENCY_KEY = 200
 # How long a cancelled call may take to record its result before the handler lets go.
 CANCEL_GRACE_S = 5.0
@@ -87,7 +93,12 @@ async def call_until_cancelled(
 
 
 def build_server(
-    calls: CallRunner, catalog: McpCatalog, images: ImageReader | None = None
+    calls: CallRunner,
+    catalog: McpCatalog,
+    *,
+    images: ImageReader | None = None,
+    resources: ArtifactResources | None = None,
+    task_log: TaskLog | None = None,
 ) -> Server[Any]:
     async def list_tools(
         ctx: Context, _params: types.PaginatedRequestParams | None
@@ -109,17 +120,58 @@ def build_server(
         image = await image_block(result, identity, images) if images is not None else None
         return render(result, image)
 
-    server: Server[Any] = Server(
-        "gateway",
-        version=_version(),
-        instructions=(
-            "Tools of one task. The catalog is what this task may call; every call is "
-            "authorized again and recorded as evidence."
-        ),
-        get_tool_input_schema=catalog.input_schema,
-        on_list_tools=list_tools,
-        on_call_tool=call_tool,
-    )
+    async def set_logging_level(
+        ctx: Context, params: types.SetLevelRequestParams
+    ) -> types.EmptyResult:
+        """From now on this session hears the task's log at `level` and above."""
+        identity = identity_of(ctx.request)
+        session, floor = ctx.session, params.level
+
+        async def forward(level: Level, logger: str, data: dict[str, Any]) -> None:
+            if at_least(level, floor):
+                with warnings.catch_warnings():  # deprecated in 2026, as above
+                    warnings.simplefilter("ignore", MCPDeprecationWarning)
+                    sending = session.send_log_message(level, data, logger=logger)
+                await sending
+
+        if task_log is not None:
+            task_log.subscribe(identity.task_id, session, forward)
+        return types.EmptyResult()
+
+    async def list_resources(
+        ctx: Context, params: types.PaginatedRequestParams | None
+    ) -> types.ListResourcesResult:
+        assert resources is not None
+        return await resources.list(identity_of(ctx.request), params.cursor if params else None)
+
+    async def read_resource(
+        ctx: Context, params: types.ReadResourceRequestParams
+    ) -> types.ReadResourceResult:
+        assert resources is not None
+        try:
+            return await resources.read(identity_of(ctx.request), str(params.uri))
+        except NotFound as exc:
+            # Invalid params, as the 2026 protocol answers an unknown resource.
+            raise MCPError(INVALID_PARAMS, exc.message) from None
+
+    # `logging/setLevel` is deprecated by the 2026-07-28 protocol (SEP-2577); clients of
+    # 2025-11-25 (the TypeScript SDK, Claude Desktop) still use it, so it stays offered.
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", MCPDeprecationWarning)
+        server: Server[Any] = Server(
+            "gateway",
+            version=_version(),
+            instructions=(
+                "Tools of one task. The catalog is what this task may call; every call is "
+                "authorized again and recorded as evidence."
+            ),
+            get_tool_input_schema=catalog.input_schema,
+            on_list_tools=list_tools,
+            on_call_tool=call_tool,
+            on_set_logging_level=set_logging_level if task_log is not None else None,
+            on_list_resources=list_resources if resources is not None else None,
+            on_read_resource=read_resource if resources is not None else None,
+        )
     # The SDK's tracing middleware is a no-op without an exporter, but still costs every
     # message a span; the gateway has its own metrics and evidence.
     server.middleware = []

@@ -521,22 +521,42 @@ class Store:
             row = (await conn.execute(select(art).where(art.c.id == artifact_id))).first()
         if row is None:
             raise NotFound("no such artifact")
-        return ArtifactRef(
-            id=row.id,
-            task_id=row.task_id,
-            org_id=row.org_id,
-            name=row.name,
-            media_type=row.media_type,
-            size=row.size,
-            sha256=row.sha256,
-            path=row.path,
+        return _artifact_ref(row)
+
+    async def artifacts_of(
+        self, org_id: str, task_id: str, *, offset: int = 0, limit: int = 100
+    ) -> list[ArtifactRef]:
+        """A task's artifacts, oldest first, scoped by its owner."""
+        art = schema.artifacts
+        query = (
+            select(art)
+            .where(art.c.org_id == org_id, art.c.task_id == task_id)
+            .order_by(art.c.created_at, art.c.id)
+            .offset(offset)
+            .limit(limit)
         )
+        async with self.engine.connect() as conn:
+            rows = (await conn.execute(query)).all()
+        return [_artifact_ref(row) for row in rows]
 
     async def read_artifact(self, ref: ArtifactRef) -> bytes:
         data = await asyncio.to_thread((self.data_dir / ref.path).read_bytes)
         if hashlib.sha256(data).hexdigest() != ref.sha256:
             raise StorageError("artifact bytes do not match their recorded sha256")
         return data
+
+
+def _artifact_ref(row: Any) -> ArtifactRef:
+    return ArtifactRef(
+        id=row.id,
+        task_id=row.task_id,
+        org_id=row.org_id,
+        name=row.name,
+        media_type=row.media_type,
+        size=row.size,
+        sha256=row.sha256,
+        path=row.path,
+    )
 
 
 def _sqlite_files(url: str) -> list[Path]:

@@ -24,6 +24,7 @@ def install(gw: Gateway) -> list[BaseRoute]:
         metrics=gw.metrics.registry,
         views=views,
         config=gw.services.find(TabConfig),
+        log=gw.task_log.publish,
     )
     gw.services.provide(TabHub, hub)
     register_ui_tools(gw.registry)

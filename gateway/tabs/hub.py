@@ -47,6 +47,7 @@ from gateway.tabs.channel import (
 )
 from gateway.tabs.outcome import TabOutcome, failure
 from gateway.tabs.views import Views
+from gateway.task_log import Level
 
 log = logging.getLogger(__name__)
 
@@ -127,8 +128,10 @@ class TabHub:
         metrics: CollectorRegistry,
         views: Views,
         config: TabConfig | None = None,
+        log: Callable[[str, Level, str, dict[str, Any]], None] | None = None,
     ) -> None:
         self.calls = calls
+        self._log = log
         self.catalog = catalog
         self.events = events
         self.views = views
@@ -243,6 +246,7 @@ class TabHub:
         effects = channel.connect(conn_id, hello.tab_id, hello.revision, hello.view, time.time())
         if channel.conn_id == conn_id:
             link.push(self._welcome(link, hello.revision))
+            self._tell(identity.task_id, "connected", hello.tab_id)
             delay = max(0.0, token_expires_at - time.time())
             link.expiry = asyncio.get_running_loop().call_later(
                 delay, self._token_expired, identity.task_id, conn_id
@@ -258,6 +262,7 @@ class TabHub:
         if self._links.pop(link.conn_id, None) is None:
             return
         self.connections.dec()
+        self._tell(link.identity.task_id, "disconnected", link.tab_id)
         if link.expiry is not None:
             link.expiry.cancel()
         for event in link.calls.values():
@@ -266,6 +271,10 @@ class TabHub:
         if channel is not None:
             self._apply(channel, channel.disconnect(link.conn_id))
             self._forget_if_idle(channel)
+
+    def _tell(self, task_id: str, event: str, tab_id: str) -> None:
+        if self._log is not None:
+            self._log(task_id, "info", "tab", {"event": event, "tab_id": tab_id})
 
     def refuse(self, reason: str) -> None:
         self.refused.labels(reason).inc()

@@ -125,6 +125,13 @@ def allowed_app(foreign: str) -> Starlette:
             " document.getElementById('done').textContent = 'requested'; });</script>",
         )
 
+    async def noisy(_r: Request) -> Response:
+        return _page(
+            "Noisy",
+            "<h1>Noisy</h1><script>console.error('noisy page: code 42');"
+            "setTimeout(() => { throw new Error('uncaught boom'); }, 10);</script>",
+        )
+
     async def tall(_r: Request) -> Response:
         return _page(
             "Tall",
@@ -163,6 +170,7 @@ def allowed_app(foreign: str) -> Starlette:
             Route("/network", network),
             Route("/login", login),
             Route("/tall", tall),
+            Route("/noisy", noisy),
             Route("/table", table),
             Route("/flood", flood),
             Route("/second", second),

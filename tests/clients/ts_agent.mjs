@@ -6,6 +6,7 @@
 
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
+import { LoggingMessageNotificationSchema } from "@modelcontextprotocol/sdk/types.js";
 
 const plan = JSON.parse(process.argv[2]);
 
@@ -75,6 +76,43 @@ const scenarios = {
     await new Promise((r) => setTimeout(r, 300));
     await client.close();
     return { error };
+  },
+  async logs() {
+    const client = await connected();
+    const messages = [];
+    client.setNotificationHandler(LoggingMessageNotificationSchema, (n) => messages.push(n.params));
+    await client.setLoggingLevel(plan.level ?? "info");
+    const result = await client.callTool({ name: plan.tool, arguments: plan.arguments ?? {} });
+    await new Promise((r) => setTimeout(r, plan.wait_ms ?? 1500));
+    await client.close();
+    return { messages, ...summary(result) };
+  },
+  async resources() {
+    const client = await connected();
+    const listed = await client.listResources();
+    const read = [];
+    for (const resource of listed.resources) {
+      const got = await client.readResource({ uri: resource.uri });
+      for (const c of got.contents) {
+        read.push({
+          uri: c.uri,
+          mimeType: c.mimeType,
+          text: c.text ?? null,
+          blobBytes: c.blob ? Buffer.from(c.blob, "base64").length : null,
+        });
+      }
+    }
+    let foreign = null;
+    if (plan.foreign_uri) {
+      try {
+        await client.readResource({ uri: plan.foreign_uri });
+        foreign = "read";
+      } catch (e) {
+        foreign = String(e && e.message ? e.message : e);
+      }
+    }
+    await client.close();
+    return { resources: listed.resources, read, foreign };
   },
   async reconnect() {
     // close() sends no DELETE: each round leaves its session behind, as real agents do.

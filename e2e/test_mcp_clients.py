@@ -90,3 +90,55 @@ async def test_a_setting_leaves_the_image_out_for_clients_that_reject_images(
             result = await client.call_tool("browser_screenshot", {})
     assert [block.type for block in result.content] == ["text"]
     assert result.structured_content["output"]["artifact"]["artifact_id"].startswith("art_")
+
+
+async def test_the_page_errors_reach_a_client_that_asked_for_the_log(
+    gateway: LiveGateway, sites: Sites
+) -> None:
+    ensure_installed()
+    task = await _task(gateway, sites)
+    plan = {"url": f"{gateway.base_url}/v1/mcp", "token": task["tokens"]["agent"]}
+    heard = await ts_agent(
+        {
+            **plan,
+            "scenario": "logs",
+            "level": "warning",
+            "tool": "browser_navigate",
+            "arguments": {"url": "/noisy", "snapshot": False},
+        }
+    )
+    assert heard["structured"]["status"] == "succeeded", heard
+    said = {
+        (m["logger"], m["level"], m["data"].get("text") or m["data"].get("error"))
+        for m in heard["messages"]
+    }
+    assert ("browser.console", "error", "noisy page: code 42") in said
+    assert ("browser.page", "error", "uncaught boom") in said
+    # Below the level asked for: the tab's info messages are not sent.
+    assert all(m["level"] in ("warning", "error") for m in heard["messages"])
+
+
+async def test_the_tasks_artifacts_are_resources_of_its_own(
+    gateway: LiveGateway, sites: Sites
+) -> None:
+    ensure_installed()
+    task = await _task(gateway, sites)
+    other = await _task(gateway, sites)
+    plan = {"url": f"{gateway.base_url}/v1/mcp", "token": task["tokens"]["agent"]}
+    other_plan = {"url": f"{gateway.base_url}/v1/mcp", "token": other["tokens"]["agent"]}
+    await ts_agent(
+        {**plan, "scenario": "call", "tool": "browser_navigate", "arguments": {"url": "/"}}
+    )
+    shot = await ts_agent({**plan, "scenario": "call", "tool": "browser_screenshot"})
+    artifact = shot["structured"]["output"]["artifact"]
+    listed = await ts_agent({**plan, "scenario": "resources"})
+    assert [r["uri"] for r in listed["resources"]] == [
+        f"gateway://artifacts/{artifact['artifact_id']}"
+    ]
+    [read] = listed["read"]
+    assert read["mimeType"] == "image/png" and read["blobBytes"] == artifact["size"]
+    # Another task's token neither lists nor reads it.
+    theirs = await ts_agent(
+        {**other_plan, "scenario": "resources", "foreign_uri": listed["resources"][0]["uri"]}
+    )
+    assert theirs["resources"] == [] and theirs["foreign"] != "read"
