@@ -42,30 +42,30 @@ async def test_tools_are_exactly_the_identitys_catalog(e2e: E2E) -> None:
         sorted(tools)
         == sorted(catalog)
         == [
-            "demo.admin_only",
-            "demo.echo",
-            "ui.display_proposed_change",
-            "ui.open_view",
-            "ui.populate_draft",
-            "ui.read_view",
-            "ui.show_run_progress",
+            "demo_admin_only",
+            "demo_echo",
+            "ui_display_proposed_change",
+            "ui_open_view",
+            "ui_populate_draft",
+            "ui_read_view",
+            "ui_show_run_progress",
         ]
     )
     for name, tool in tools.items():
         assert tool["inputSchema"] == catalog[name]["input_schema"]
         assert tool["description"] == catalog[name]["description"]
-    assert tools["demo.echo"]["annotations"] == {"readOnly": True}
-    assert tools["demo.admin_only"]["annotations"] == {"consequential": True}
+    assert tools["demo_echo"]["annotations"] == {"readOnly": True}
+    assert tools["demo_admin_only"]["annotations"] == {"consequential": True}
 
     _member_body, _member, member_page = await webmcp_page(e2e, role="member", actor="m1")
     names = sorted(t["name"] for t in await member_page.webmcp.tools())
-    assert "demo.admin_only" not in names
-    assert "demo.echo" in names
+    assert "demo_admin_only" not in names
+    assert "demo_echo" in names
 
 
 async def test_call_tool_equals_a_direct_pipeline_call(e2e: E2E) -> None:
     body, identity, page = await webmcp_page(e2e, actor="dana")
-    via_webmcp = await page.webmcp.call_tool("demo.echo", {"text": "same"})
+    via_webmcp = await page.webmcp.call_tool("demo_echo", {"text": "same"})
     direct = await e2e.live.gw.pipeline.call(identity, "demo.echo", {"text": "same"}, door=Door.MCP)
     assert (
         via_webmcp
@@ -84,18 +84,18 @@ async def test_call_tool_equals_a_direct_pipeline_call(e2e: E2E) -> None:
 
 async def test_ui_tool_through_webmcp_reaches_the_same_tab(e2e: E2E) -> None:
     _body, _identity, page = await webmcp_page(e2e)
-    result = await page.webmcp.call_tool("ui.show_run_progress", {"run_id": "run_42"})
+    result = await page.webmcp.call_tool("ui_show_run_progress", {"run_id": "run_42"})
     assert result == {"shown": "run_42"}
     assert await page.text_content("#run") == "run_42"
-    view = await page.webmcp.call_tool("ui.read_view", {})
+    view = await page.webmcp.call_tool("ui_read_view", {})
     assert view["view"] == "agent_builder"
 
 
 async def test_denied_call_raises_with_its_status_and_code(e2e: E2E) -> None:
     _body, _identity, page = await webmcp_page(e2e, budget={"max_calls": 1})
-    assert (await page.webmcp.call_tool("demo.echo", {"text": "one"}))["text"] == "one"
+    assert (await page.webmcp.call_tool("demo_echo", {"text": "one"}))["text"] == "one"
     with pytest.raises(PlaywrightError):
-        await page.webmcp.call_tool("demo.echo", {"text": "two"})
+        await page.webmcp.call_tool("demo_echo", {"text": "two"})
     # Native Chromium hides a tool's error message from the agent; the page saw it.
     [error] = await e2e.wait_event(page, "toolerror")
     assert error["message"].startswith("denied budget_exceeded")
@@ -145,8 +145,8 @@ async def test_tools_are_registered_again_when_the_catalog_changes(e2e: E2E) -> 
     )
     await e2e.wait_event(page, "welcome")
     names = [t["name"] for t in await page.webmcp.tools()]
-    assert "demo.note" in names and len(names) == 8
-    assert await page.webmcp.call_tool("demo.note", {"note": "n"}) == {"noted": "n"}
+    assert "demo_note" in names and len(names) == 8
+    assert await page.webmcp.call_tool("demo_note", {"note": "n"}) == {"noted": "n"}
 
 
 POLYFILL = """() => {
@@ -171,8 +171,8 @@ async def test_polyfill_registration_errors_and_abort(e2e: E2E) -> None:
     await page.evaluate(POLYFILL)
     await e2e.start(page, body["tokens"]["tab"])
     names = await page.evaluate("[...window.polyfillTools.keys()].sort()")
-    assert "demo.echo" in names and "demo.admin_only" not in names
-    echo = "window.polyfillTools.get('demo.echo')"
+    assert "demo_echo" in names and "demo_admin_only" not in names
+    echo = "window.polyfillTools.get('demo_echo')"
     ok = await page.evaluate(f"{echo}.execute({{text: 'p'}}, {{signal: null}})")
     assert ok["text"] == "p"
     # A non-success throws an Error whose message starts with the status and the code.
@@ -188,7 +188,7 @@ async def test_polyfill_registration_errors_and_abort(e2e: E2E) -> None:
     await page.evaluate(
         """() => {
             window.abort = new AbortController();
-            window.polyfillTools.get("ui.show_run_progress")
+            window.polyfillTools.get("ui_show_run_progress")
               .execute({run_id: "run_x"}, {signal: window.abort.signal})
               .catch((e) => { window.aborted = e.name; });
         }"""
@@ -265,11 +265,11 @@ async def test_mcp_b_polyfill_in_a_browser_without_native_webmcp(
             try { return JSON.parse(await mc.executeTool(tool, JSON.stringify(input))); }
             catch (e) { return {thrown: e.message}; }
         }"""
-        ok = await page.evaluate(run, ["demo.echo", {"text": "poly"}])
+        ok = await page.evaluate(run, ["demo_echo", {"text": "poly"}])
         assert ok == {"text": "poly", "actor": "user_1", "task": body["task_id"]}
-        view = await page.evaluate(run, ["ui.read_view", {}])
+        view = await page.evaluate(run, ["ui_read_view", {}])
         assert view["view"] == "agent_builder"
-        denied = await page.evaluate(run, ["demo.echo", {"text": "third"}])
+        denied = await page.evaluate(run, ["demo_echo", {"text": "third"}])
         assert "denied budget_exceeded" in denied["thrown"]
         await e2e.live.end_task(body["task_id"])
         await page.wait_for_function("window.session.closed")

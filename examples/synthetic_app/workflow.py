@@ -18,6 +18,7 @@ from typing import Any
 
 from examples.synthetic_app.serve import ExampleStack
 from examples.synthetic_app.store import Who, who
+from gateway.registry import exposed_name
 from gateway.tokens import Purpose
 
 CallFn = Callable[[str, dict[str, Any]], Awaitable[dict[str, Any]]]
@@ -80,7 +81,8 @@ def webmcp_door(page: Any) -> Door:
 
     async def call(tool: str, data: dict[str, Any]) -> dict[str, Any]:
         try:
-            output = await page.webmcp.call_tool(tool, data)
+            # The page lists each tool under its client-safe name, as MCP does.
+            output = await page.webmcp.call_tool(exposed_name(tool), data)
         except Exception as exc:  # WebMCP surfaces a non-success as a thrown error
             return {"tool": tool, "status": "failed", "error": {"message": str(exc)[:300]}}
         if isinstance(output, str):

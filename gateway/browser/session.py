@@ -23,7 +23,15 @@ from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
-from playwright.async_api import BrowserContext, ConsoleMessage, Download, Frame, Page
+from playwright.async_api import (
+    BrowserContext,
+    ConsoleMessage,
+    Download,
+    Frame,
+    Locator,
+    Page,
+    Request,
+)
 from playwright.async_api import Error as PlaywrightError
 
 from gateway.errors import ToolFailure
@@ -37,7 +45,7 @@ from .errors import browser_unavailable, map_playwright_error
 from .guard_proxy import BlockedRequest, OriginProxy
 from .policy import BLANK, is_browser_service, page_url_allowed
 from .processes import BrowserProcess
-from .snapshot import PRIVATE_FIELD_VALUES, Snapshot, build_snapshot, mask_secrets
+from .snapshot import PRIVATE_FIELD_VALUES, Refs, Snapshot, build_snapshot, mask_secrets
 
 log = logging.getLogger(__name__)
 
@@ -103,7 +111,12 @@ class BrowserSession:
         self.lost: str | None = None  # why the browser under this session is gone
         self.closed = False
         self.document = 0  # bumped on each new main-frame document: refs of older ones are stale
-        self.latest: Snapshot | None = None
+        self.latest: Snapshot | None = None  # the latest full snapshot
+        self.refs = Refs()  # the refs of the current document an agent may use
+        # Main-frame navigation requests, and those not over yet (an action's aftermath).
+        self.navigations = 0
+        self._navigating: set[Request] = set()
+        self._settled = asyncio.Event()
         self.blocked_total = 0
         self.background_refused = 0  # Chromium's own calls home, refused
         # Values the caller typed as secrets: no snapshot of this context shows them.
@@ -176,6 +189,9 @@ class BrowserSession:
         self.page.on("crash", lambda _page: self.lose("the task's page crashed"))
         self.page.on("console", self._console)
         self.page.on("pageerror", self._page_error)
+        self.page.on("request", self._request)
+        self.page.on("requestfinished", self._request_over)
+        self.page.on("requestfailed", self._request_over)
         self.context.on("page", self._popup)
 
     async def assign(self, identity: TaskIdentity) -> None:
@@ -404,19 +420,57 @@ class BrowserSession:
     # -- snapshots ----------------------------------------------------------------------
 
     async def take_snapshot(
-        self, page: Page, *, timeout_ms: float = SNAPSHOT_TIMEOUT_MS
+        self,
+        page: Page,
+        *,
+        scope: Locator | None = None,
+        depth: int | None = None,
+        timeout_ms: float = SNAPSHOT_TIMEOUT_MS,
     ) -> Snapshot:
+        """A snapshot of the page (or of one element, or to a depth)."""
         document = self.document
-        raw = await page.aria_snapshot(mode="ai", timeout=timeout_ms)
+        target = scope if scope is not None else page
+        raw = await target.aria_snapshot(mode="ai", depth=depth, timeout=timeout_ms)
         if _TEXTBOX_WITH_VALUE in raw:
             raw = mask_secrets(raw, self.typed_secrets | await _secret_values(page))
         self._seq += 1
         # A navigation during the capture leaves the snapshot's refs stale from the start.
         snap = build_snapshot(
-            raw, seq=self._seq, document=document, max_chars=self.snapshot_max_chars
+            raw,
+            seq=self._seq,
+            document=document,
+            max_chars=self.snapshot_max_chars,
+            full=scope is None and depth is None,
         )
-        self.latest = snap
+        self.refs.learn(snap)
+        if snap.full:
+            self.latest = snap
         return snap
+
+    # -- what an action set off -----------------------------------------------------------
+
+    def _request(self, request: Request) -> None:
+        if request.is_navigation_request() and request.frame == self.page.main_frame:
+            self.navigations += 1
+            self._navigating.add(request)
+
+    def _request_over(self, request: Request) -> None:
+        if request in self._navigating:
+            self._navigating.discard(request)
+            self._settled.set()
+
+    async def settle_navigation(self, navigations_before: int, timeout_s: float) -> None:
+        """When the action started a navigation of the page, wait until it is over: its
+        document loaded, or its request refused or failed."""
+        if self.navigations == navigations_before:
+            return
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(timeout_s):
+                while self._navigating:
+                    self._settled.clear()
+                    await self._settled.wait()
+                with contextlib.suppress(PlaywrightError):
+                    await self.page.wait_for_load_state("domcontentloaded")
 
     # -- closing ------------------------------------------------------------------------
 

@@ -1,13 +1,22 @@
-"""Accessibility snapshots whose element refs belong to one snapshot of one document.
+"""Accessibility snapshots a model can afford, with element refs that mean one thing.
 
-Playwright's AI-mode aria snapshot marks elements `[ref=e12]`, and those names restart on
-every new document. A ref handed to an agent is therefore rewritten to name its snapshot
-too (`s3.e12`); it resolves only while that snapshot is the page's latest and the page has
-not navigated since. Anything else is `stale_target`, never an element of another page.
+Playwright's AI-mode aria snapshot marks elements `[ref=e12]`; an element keeps its ref
+from one snapshot of a document to the next, and the names restart on every new document.
+A ref handed to an agent names its snapshot too (`s3.e12`): it resolves while the page is
+on the document that snapshot saw and the element is among those the page's snapshots of
+that document have shown (the latest full one, and scoped ones since). Anything else is
+`stale_target`, never an element of another page.
+
+What the agent reads is compacted (`compact`): pointer marks dropped, a link's URL on its
+line, refs kept where an agent acts or narrows (named elements, not bare containers), and a
+bare container with one child folded into it. Every snapshot is bounded, with `truncated`
+and a hint how to narrow it; after an action, the answer carries only what changed since
+the previous snapshot of the same document (`changes`).
 """
 
 from __future__ import annotations
 
+import difflib
 import re
 from dataclasses import dataclass
 
@@ -34,6 +43,48 @@ REF_PATTERN = r"^s[0-9]{1,9}\.[a-z0-9]{1,32}$"
 _REF = re.compile(REF_PATTERN)
 
 
+_CURSOR = re.compile(r" \[cursor=pointer\]")
+# A bare container's ref: a role alone, no name (`- rowgroup [ref=e6]:`).
+_BARE_REF = re.compile(r"^(\s*- [a-z]+) \[ref=[a-z0-9]{1,32}\](:?)$", re.M)
+_URL_CHILD = re.compile(r"^(\s*- .*):\n\s*- /url: (\S+)$", re.M)
+_ITEM = re.compile(r"^(\s*)- (.*)$")
+
+
+def compact(raw: str) -> str:
+    """Playwright's snapshot with what a model does not need taken out (see the module)."""
+    text = _CURSOR.sub("", raw)
+    text = _URL_CHILD.sub(r"\1 -> \2", text)
+    text = _BARE_REF.sub(r"\1\2", text)
+    return _fold_single_children(text)
+
+
+def _fold_single_children(text: str) -> str:
+    """`- cell:` whose only child is `- link "x"` becomes `- cell > link "x"`."""
+    lines = text.split("\n")
+    out: list[str] = []
+    i = 0
+    while i < len(lines):
+        line = lines[i]
+        bare = re.match(r"^(\s*)- ([a-z]+):$", line)
+        child = _ITEM.match(lines[i + 1]) if bare and i + 1 < len(lines) else None
+        if bare and child and len(child.group(1)) == len(bare.group(1)) + 2:
+            end = i + 2
+            while end < len(lines) and _depth(lines[end]) > len(child.group(1)):
+                end += 1
+            if end == len(lines) or _depth(lines[end]) <= len(bare.group(1)):
+                out.append(f"{bare.group(1)}- {bare.group(2)} > {child.group(2)}")
+                out += [below[2:] for below in lines[i + 2 : end]]
+                i = end
+                continue
+        out.append(line)
+        i += 1
+    return "\n".join(out)
+
+
+def _depth(line: str) -> int:
+    return len(line) - len(line.lstrip(" "))
+
+
 @dataclass(frozen=True)
 class Snapshot:
     """One snapshot: its number, the document generation it saw, the refs it handed out."""
@@ -43,21 +94,34 @@ class Snapshot:
     refs: frozenset[str]  # Playwright's own names (`e12`)
     text: str
     truncated: bool
+    full: bool = True  # of the whole page (else of one element, or to a depth)
+    total_chars: int = 0  # before the bound
+    plain: str = ""  # the bounded text with Playwright's own refs, to compare snapshots
 
 
-def build_snapshot(raw: str, *, seq: int, document: int, max_chars: int) -> Snapshot:
-    # A template and findall, not a callback per ref: both passes stay in C.
-    refs = set(_PLAYWRIGHT_REF.findall(raw))
-    text = _PLAYWRIGHT_REF.sub(rf"[ref=s{seq}.\1]", raw)
-    truncated = len(text) > max_chars
+def build_snapshot(
+    raw: str, *, seq: int, document: int, max_chars: int, full: bool = True
+) -> Snapshot:
+    """A compacted, bounded snapshot whose refs name it."""
+    # A template, not a callback per ref: the passes stay in C.
+    text = _PLAYWRIGHT_REF.sub(rf"[ref=s{seq}.\1]", compact(raw))
+    total = len(text)
+    truncated = total > max_chars
     if truncated:
-        # Cut at a line boundary so no ref is half printed.
+        # Cut at a line boundary so no ref is half printed; refs cut off are not handed out.
         cut = text.rfind("\n", 0, max_chars)
         text = text[: cut if cut > 0 else max_chars]
-        # Refs that were cut off are not handed out.
-        refs = set(_PLAYWRIGHT_REF.findall(text.replace(f"[ref=s{seq}.", "[ref=")))
+    plain = text.replace(f"[ref=s{seq}.", "[ref=")
+    refs = set(_PLAYWRIGHT_REF.findall(plain))
     return Snapshot(
-        seq=seq, document=document, refs=frozenset(refs), text=text, truncated=truncated
+        seq=seq,
+        document=document,
+        refs=frozenset(refs),
+        text=text,
+        truncated=truncated,
+        full=full,
+        total_chars=total,
+        plain=plain,
     )
 
 
@@ -77,8 +141,50 @@ def mask_secrets(raw: str, values: set[str]) -> str:
     return _TEXTBOX_VALUE.sub(mask, raw)
 
 
-def resolve_ref(ref: str, latest: Snapshot | None, document: int) -> str:
-    """Playwright's name for `ref`, if it still belongs to the page's latest snapshot."""
+NARROW_HINT = (
+    "the page's snapshot is {total} characters; this one stops at {shown}. Narrow it: "
+    "browser.snapshot with ref (an element's ref), role and name (e.g. role table), or depth"
+)
+
+
+def hint(snap: Snapshot) -> str | None:
+    """How to get the rest of a snapshot that was cut."""
+    if not snap.truncated:
+        return None
+    return NARROW_HINT.format(total=snap.total_chars, shown=len(snap.text))
+
+
+def changes(before: Snapshot, after: Snapshot) -> str:
+    """What `after` shows that `before` did not (`+ `) and what it no longer shows (`- `),
+    refs as `after` names them. Both of one document, whose refs are stable between them."""
+    old, new = before.plain.split("\n"), after.plain.split("\n")
+    lines = []
+    for line in difflib.unified_diff(old, new, lineterm="", n=0):
+        if line.startswith(("---", "+++", "@@")):
+            continue
+        lines.append(f"{line[0]} {line[1:]}")
+    return _PLAYWRIGHT_REF.sub(rf"[ref=s{after.seq}.\1]", "\n".join(lines))
+
+
+@dataclass
+class Refs:
+    """The refs of the page's current document that an agent may use."""
+
+    document: int = 0
+    first_seq: int = 0  # the first snapshot of this document
+    names: frozenset[str] = frozenset()
+
+    def learn(self, snap: Snapshot) -> None:
+        if snap.document != self.document or snap.seq < self.first_seq:
+            self.document, self.first_seq, self.names = snap.document, snap.seq, snap.refs
+        elif snap.full:
+            self.names = snap.refs  # a full snapshot says what the document holds now
+        else:
+            self.names = self.names | snap.refs  # a scoped one adds what it showed
+
+
+def resolve_ref(ref: str, known: Refs, document: int) -> str:
+    """Playwright's name for `ref`, if it still names an element of the current document."""
     if not _REF.match(ref):
         raise ToolFailure(
             ToolStatus.FAILED,
@@ -86,12 +192,12 @@ def resolve_ref(ref: str, latest: Snapshot | None, document: int) -> str:
             f"{ref[:64]!r} is not an element ref from browser.snapshot",
         )
     seq_text, name = ref[1:].split(".", 1)
-    if latest is None or int(seq_text) != latest.seq:
-        raise _stale(ref, "it is not from the page's latest snapshot; take a new snapshot")
-    if latest.document != document:
+    if known.names == frozenset() and known.first_seq == 0:
+        raise _stale(ref, "the page has no snapshot yet; take one")
+    if known.document != document or int(seq_text) < known.first_seq:
         raise _stale(ref, "the page has navigated since that snapshot; take a new snapshot")
-    if name not in latest.refs:
-        raise _stale(ref, "that snapshot has no such element")
+    if name not in known.names:
+        raise _stale(ref, "the page's latest snapshot has no such element")
     return name
 
 

@@ -24,7 +24,7 @@ from .errors import first_line
 from .policy import resolve_target
 from .pool import BrowserPool
 from .session import SCREENSHOT_TIMEOUT_MS, BrowserSession
-from .snapshot import PRIVATE_FIELD_CHECK, REF_PATTERN, Snapshot, resolve_ref
+from .snapshot import PRIVATE_FIELD_CHECK, REF_PATTERN, Snapshot, changes, hint, resolve_ref
 
 SCOPE = "browser"
 # Generous: on a loaded machine a renderer can take seconds to answer; the tool's own
@@ -33,6 +33,8 @@ NAVIGATION_TIMEOUT_MS = 45_000
 ACTION_TIMEOUT_MS = 30_000
 # Navigation (45 s) and its snapshot stay inside the tool's 60 s deadline.
 NAVIGATE_SNAPSHOT_TIMEOUT_MS = 10_000
+# How long an action's answer waits for the navigation it started to be over.
+SETTLE_NAVIGATION_S = 10.0
 KEY_PATTERN = r"^(?:[A-Za-z0-9]{1,24}\+){0,3}(?:[A-Za-z0-9]{1,24}|[!-~])$"
 
 
@@ -55,14 +57,41 @@ class NavigateInput(_Input):
 
 
 class SnapshotInput(_Input):
-    pass
+    ref: str | None = Field(
+        default=None, pattern=REF_PATTERN, description="Only this element (a ref) and within."
+    )
+    role: str | None = Field(
+        default=None,
+        pattern=r"^[a-z]{1,32}$",
+        description="Only the first element of this ARIA role (e.g. table, form, main), "
+        "with `name` if given, and within.",
+    )
+    name: str | None = Field(default=None, min_length=1, max_length=200)
+    depth: int | None = Field(
+        default=None, ge=1, le=64, description="Only this many levels below the top."
+    )
+
+    @model_validator(mode="after")
+    def _one_scope(self) -> SnapshotInput:
+        if self.ref is not None and self.role is not None:
+            raise ValueError("give a ref, or a role (and name), not both")
+        if self.name is not None and self.role is None:
+            raise ValueError("a name narrows a role: give the role too")
+        return self
 
 
-class ClickInput(_Input):
+class _Action(_Input):
+    snapshot: bool = Field(
+        default=False,
+        description="Answer with the page's whole snapshot, not only what changed.",
+    )
+
+
+class ClickInput(_Action):
     ref: str = Field(pattern=REF_PATTERN, description="An element ref from browser.snapshot.")
 
 
-class FillInput(_Input):
+class FillInput(_Action):
     ref: str = Field(pattern=REF_PATTERN, description="An element ref from browser.snapshot.")
     value: str = Field(max_length=10_000)
     secret: bool = Field(
@@ -72,7 +101,7 @@ class FillInput(_Input):
     )
 
 
-class PressInput(_Input):
+class PressInput(_Action):
     ref: str | None = Field(default=None, pattern=REF_PATTERN)
     key: str = Field(pattern=KEY_PATTERN, description="A key name such as Enter or Control+a.")
 
@@ -120,7 +149,7 @@ async def _keep_screenshot(ctx: ToolContext, session: BrowserSession) -> None:
 
 
 def _locator(session: BrowserSession, page: Page, ref: str) -> Any:
-    name = resolve_ref(ref, session.latest, session.document)
+    name = resolve_ref(ref, session.refs, session.document)
     return page.locator(f"aria-ref={name}")
 
 
@@ -145,7 +174,33 @@ async def navigate(ctx: ToolContext, args: NavigateInput) -> dict[str, Any]:
 
 
 def _snapshot_fields(snap: Snapshot) -> dict[str, Any]:
-    return {"snapshot_id": f"s{snap.seq}", "snapshot": snap.text, "truncated": snap.truncated}
+    fields: dict[str, Any] = {
+        "snapshot_id": f"s{snap.seq}",
+        "snapshot": snap.text,
+        "truncated": snap.truncated,
+    }
+    narrow = hint(snap)
+    if narrow is not None:
+        fields["hint"] = narrow
+    return fields
+
+
+async def _after_action(
+    session: BrowserSession, page: Page, navigations: int, whole: bool
+) -> dict[str, Any]:
+    """What the action changed: the lines of the page's snapshot that differ from the
+    previous one of the same document (refs that did not change stay valid), or the whole
+    snapshot after a navigation or when asked. A snapshot that fails does not fail the
+    action, which has happened: it says why."""
+    await session.settle_navigation(navigations, SETTLE_NAVIGATION_S)
+    before = session.latest
+    try:
+        after = await session.take_snapshot(page, timeout_ms=NAVIGATE_SNAPSHOT_TIMEOUT_MS)
+    except PlaywrightError as exc:
+        return {"snapshot_error": first_line(exc)}
+    if whole or before is None or before.document != after.document:
+        return _snapshot_fields(after)
+    return {"snapshot_id": f"s{after.seq}", "changes": changes(before, after)}
 
 
 async def _snapshot_after_load(session: BrowserSession, page: Page) -> dict[str, Any]:
@@ -160,11 +215,16 @@ async def _snapshot_after_load(session: BrowserSession, page: Page) -> dict[str,
     return _snapshot_fields(snap)
 
 
-async def snapshot(ctx: ToolContext, _args: SnapshotInput) -> dict[str, Any]:
+async def snapshot(ctx: ToolContext, args: SnapshotInput) -> dict[str, Any]:
     session = await _session(ctx)
 
     async def act(page: Page) -> dict[str, Any]:
-        snap = await session.take_snapshot(page)
+        scope = None
+        if args.ref is not None:
+            scope = _locator(session, page, args.ref)
+        elif args.role is not None:
+            scope = page.get_by_role(args.role, name=args.name, exact=True).first  # type: ignore[arg-type]
+        snap = await session.take_snapshot(page, scope=scope, depth=args.depth)
         return {"url": page.url, **_snapshot_fields(snap)}
 
     return await session.run(ctx, act)
@@ -174,8 +234,12 @@ async def click(ctx: ToolContext, args: ClickInput) -> dict[str, Any]:
     session = await _session(ctx)
 
     async def act(page: Page) -> dict[str, Any]:
+        navigations = session.navigations
         await _locator(session, page, args.ref).click(timeout=ACTION_TIMEOUT_MS)
-        return {"clicked": args.ref}
+        return {
+            "clicked": args.ref,
+            **await _after_action(session, page, navigations, args.snapshot),
+        }
 
     return await _acted(ctx, session, act)
 
@@ -188,12 +252,16 @@ async def fill(ctx: ToolContext, args: FillInput) -> dict[str, Any]:
         session.typed_secrets.add(args.value)
 
     async def act(page: Page) -> dict[str, Any]:
+        navigations = session.navigations
         target = _locator(session, page, args.ref)
         private = await target.evaluate(PRIVATE_FIELD_CHECK, timeout=ACTION_TIMEOUT_MS)
         if private:
             ctx.secret("value")
         await target.fill(args.value, timeout=ACTION_TIMEOUT_MS)
-        return {"filled": args.ref}
+        return {
+            "filled": args.ref,
+            **await _after_action(session, page, navigations, args.snapshot),
+        }
 
     return await _acted(ctx, session, act)
 
@@ -202,11 +270,15 @@ async def press(ctx: ToolContext, args: PressInput) -> dict[str, Any]:
     session = await _session(ctx)
 
     async def act(page: Page) -> dict[str, Any]:
+        navigations = session.navigations
         if args.ref is not None:
             await _locator(session, page, args.ref).press(args.key, timeout=ACTION_TIMEOUT_MS)
         else:
             await page.keyboard.press(args.key)
-        return {"pressed": args.key}
+        return {
+            "pressed": args.key,
+            **await _after_action(session, page, navigations, args.snapshot),
+        }
 
     return await _acted(ctx, session, act)
 
@@ -261,8 +333,9 @@ def tools(settings: Settings) -> list[Tool]:
         Tool(
             name="browser.snapshot",
             title="Read the page",
-            description="An accessibility snapshot of the current page with element refs "
-            "(refs belong to this snapshot only).",
+            description="An accessibility snapshot of the current page with element refs, "
+            "bounded (a cut one says how to narrow it); narrow it to an element (ref), an "
+            "ARIA role and name, or a depth.",
             input_model=SnapshotInput,
             handler=snapshot,
             annotations=read,
@@ -272,23 +345,25 @@ def tools(settings: Settings) -> list[Tool]:
         Tool(
             name="browser.click",
             title="Click an element",
-            description="Click the element a ref from the latest snapshot names.",
+            description="Click the element a ref names. The answer says what changed on "
+            "the page (the whole snapshot after a navigation, or with snapshot true).",
             input_model=ClickInput,
             handler=click,
             annotations=act,
             side_effects=True,
-            max_output_bytes=16 * 1024,
+            max_output_bytes=snapshot_bytes + 4096,
             **common,
         ),
         Tool(
             name="browser.fill",
             title="Fill a field",
-            description="Replace the value of the text field a ref names.",
+            description="Replace the value of the text field a ref names; the answer says "
+            "what changed on the page.",
             input_model=FillInput,
             handler=fill,
             annotations=act,
             side_effects=True,
-            max_output_bytes=16 * 1024,
+            max_output_bytes=snapshot_bytes + 4096,
             **common,
         ),
         Tool(
@@ -299,7 +374,7 @@ def tools(settings: Settings) -> list[Tool]:
             handler=press,
             annotations=act,
             side_effects=True,
-            max_output_bytes=16 * 1024,
+            max_output_bytes=snapshot_bytes + 4096,
             **common,
         ),
         Tool(

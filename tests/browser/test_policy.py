@@ -6,7 +6,7 @@ import pytest
 from playwright.async_api import Error as PlaywrightError
 
 from gateway.browser.policy import is_browser_service, page_url_allowed, resolve_target
-from gateway.browser.snapshot import build_snapshot, resolve_ref
+from gateway.browser.snapshot import Refs, build_snapshot, resolve_ref
 from gateway.browser.tools import _snapshot_after_load
 from gateway.errors import ToolFailure
 from gateway.identity import Sandbox
@@ -62,24 +62,46 @@ def test_page_urls() -> None:
 RAW = '- heading "A" [ref=e1]\n- button "Go" [ref=e2]\n- link "L" [ref=e3]'
 
 
-def test_refs_belong_to_their_snapshot() -> None:
+def test_refs_name_an_element_of_the_current_document_only() -> None:
+    known = Refs()
     snap = build_snapshot(RAW, seq=4, document=2, max_chars=10_000)
     assert "[ref=s4.e2]" in snap.text
-    assert resolve_ref("s4.e2", snap, 2) == "e2"
+    with pytest.raises(ToolFailure) as caught:
+        resolve_ref("s4.e2", known, 2)  # no snapshot yet
+    assert caught.value.code == "stale_target"
+    known.learn(snap)
+    assert resolve_ref("s4.e2", known, 2) == "e2"
+    # A later snapshot of the same document keeps the refs of what is still there valid.
+    later = build_snapshot(RAW, seq=5, document=2, max_chars=10_000)
+    known.learn(later)
+    assert resolve_ref("s4.e2", known, 2) == resolve_ref("s5.e2", known, 2) == "e2"
     for ref, document in (("s3.e2", 2), ("s4.e2", 3), ("s4.e9", 2)):
         with pytest.raises(ToolFailure) as caught:
-            resolve_ref(ref, snap, document)
-        assert caught.value.code == "stale_target"
+            resolve_ref(ref, known, document)
+        assert caught.value.code == "stale_target", ref
+    # A new document: nothing of the old one resolves, even a name it reuses.
+    known.learn(build_snapshot(RAW, seq=6, document=3, max_chars=10_000))
+    with pytest.raises(ToolFailure):
+        resolve_ref("s5.e2", known, 3)
+    assert resolve_ref("s6.e2", known, 3) == "e2"
     with pytest.raises(ToolFailure) as caught:
-        resolve_ref("e2", snap, 2)
+        resolve_ref("e2", known, 3)
     assert caught.value.code == "invalid_input"
 
 
-def test_a_cut_snapshot_hands_out_only_the_refs_it_shows() -> None:
-    snap = build_snapshot(RAW, seq=1, document=0, max_chars=45)
-    assert snap.truncated
-    assert snap.refs == {"e1"}
-    assert "e2" not in snap.text
+def test_an_element_gone_from_a_full_snapshot_is_stale_but_a_scoped_one_adds() -> None:
+    known = Refs()
+    known.learn(build_snapshot(RAW, seq=1, document=0, max_chars=10_000))
+    gone = RAW.replace(" [ref=e2]", "")
+    known.learn(build_snapshot(gone, seq=2, document=0, max_chars=10_000))
+    with pytest.raises(ToolFailure):
+        resolve_ref("s1.e2", known, 0)
+    scoped = build_snapshot(
+        '- button "Later" [ref=e7]', seq=3, document=0, max_chars=99, full=False
+    )
+    known.learn(scoped)
+    assert resolve_ref("s3.e7", known, 0) == "e7"
+    assert resolve_ref("s2.e1", known, 0) == "e1"  # the scoped one did not take it away
 
 
 class _SnapshotFails:
