@@ -22,7 +22,7 @@ from bench.report import RESULTS, write
 
 # Which column holds an area's ratio against its same-run baseline, first match wins.
 # The areas of `make bench`, in the order they run.
-ORDER = ["core", "tabs", "webmcp", "browser", "mcp", "bridge", "example", "peer"]
+ORDER = ["core", "tabs", "webmcp", "browser", "mcp", "bridge", "example", "characters", "peer"]
 RATIO_KEYS = (
     "ratio p50",
     "vs_raw_p50",

@@ -44,6 +44,17 @@ _REF = re.compile(REF_PATTERN)
 
 
 _CURSOR = re.compile(r" \[cursor=pointer\]")
+# Roles an agent acts on, waits for or narrows to: they keep their refs. Any other element
+# keeps its ref only if the page marks it clickable or it has the focus.
+ACTIONABLE_ROLES = frozenset(
+    {
+        "button", "link", "textbox", "searchbox", "combobox", "listbox", "option",
+        "checkbox", "radio", "switch", "slider", "spinbutton", "tab", "menuitem",
+        "menuitemcheckbox", "menuitemradio", "treeitem", "heading", "dialog", "form",
+        "table", "grid", "list", "navigation", "main", "region", "iframe",
+    }
+)  # fmt: skip
+_LINE_REF = re.compile(r"^(\s*- )([a-z]+)(.*?) \[ref=[a-z0-9]{1,32}\](.*)$")
 # A bare container's ref: a role alone, no name (`- rowgroup [ref=e6]:`).
 _BARE_REF = re.compile(r"^(\s*- [a-z]+) \[ref=[a-z0-9]{1,32}\](:?)$", re.M)
 _URL_CHILD = re.compile(r"^(\s*- .*):\n\s*- /url: (\S+)$", re.M)
@@ -52,10 +63,56 @@ _ITEM = re.compile(r"^(\s*)- (.*)$")
 
 def compact(raw: str) -> str:
     """Playwright's snapshot with what a model does not need taken out (see the module)."""
-    text = _CURSOR.sub("", raw)
+    text = "\n".join(_passive_ref_dropped(line) for line in raw.split("\n"))
+    text = _CURSOR.sub("", text)
     text = _URL_CHILD.sub(r"\1 -> \2", text)
-    text = _BARE_REF.sub(r"\1\2", text)
-    return _fold_single_children(text)
+    text = _BARE_REF.sub(_bare_ref_dropped, text)
+    folded = _fold_single_children(text)
+    while folded != text:  # a fold can make another (a row of one cell of one link)
+        text, folded = folded, _fold_single_children(folded)
+    return _rows_on_one_line(folded)
+
+
+def _bare_ref_dropped(found: re.Match[str]) -> str:
+    role = found.group(1).rsplit("- ", 1)[-1]
+    return found.group(0) if role in ACTIONABLE_ROLES else found.group(1) + found.group(2)
+
+
+def _passive_ref_dropped(line: str) -> str:
+    found = _LINE_REF.match(line)
+    if (
+        found is None
+        or found.group(2) in ACTIONABLE_ROLES
+        or "[cursor=pointer]" in line
+        or "[active]" in line
+    ):
+        return line
+    return f"{found.group(1)}{found.group(2)}{found.group(3)}{found.group(4)}"
+
+
+def _rows_on_one_line(text: str) -> str:
+    """A table row whose cells are one line each reads as one line: cells joined by `|`."""
+    lines = text.split("\n")
+    out: list[str] = []
+    i = 0
+    while i < len(lines):
+        row = re.match(r"^(\s*)- ((?:[a-z]+ > )*row):$", lines[i])
+        if row:
+            depth = len(row.group(1)) + 2
+            cells = []
+            j = i + 1
+            while j < len(lines) and _depth(lines[j]) >= depth:
+                if _depth(lines[j]) > depth:
+                    break  # a cell with children of its own: the row stays as it is
+                cells.append(lines[j].strip()[2:])
+                j += 1
+            if cells and (j == len(lines) or _depth(lines[j]) < depth):
+                out.append(f"{row.group(1)}- {row.group(2)}: {' | '.join(cells)}")
+                i = j
+                continue
+        out.append(lines[i])
+        i += 1
+    return "\n".join(out)
 
 
 def _fold_single_children(text: str) -> str:

@@ -6,7 +6,7 @@ import pytest
 from playwright.async_api import Error as PlaywrightError
 
 from gateway.browser.policy import is_browser_service, page_url_allowed, resolve_target
-from gateway.browser.snapshot import Refs, build_snapshot, resolve_ref
+from gateway.browser.snapshot import Refs, build_snapshot, compact, resolve_ref
 from gateway.browser.tools import _snapshot_after_load
 from gateway.errors import ToolFailure
 from gateway.identity import Sandbox
@@ -127,3 +127,41 @@ def test_chromiums_service_hosts_are_told_from_others() -> None:
     assert is_browser_service("clients2.google.com:443")
     for other in ("googleapis.com.evil.example:443", "evilgoogle.com:443", "127.0.0.1:80"):
         assert not is_browser_service(other), other
+
+
+TABLE = """- generic [active] [ref=e1]:
+  - heading "Agents" [level=1] [ref=e2]
+  - table [ref=e5]:
+    - rowgroup [ref=e6]:
+      - row [ref=e7]:
+        - columnheader "Agent" [ref=e8]
+        - columnheader "Suite" [ref=e9]
+    - rowgroup [ref=e11]:
+      - row [ref=e12]:
+        - cell [ref=e13]:
+          - link "Agent 0" [ref=e14] [cursor=pointer]:
+            - /url: /agents/0
+        - cell "eval-0" [ref=e15]
+      - row [ref=e17]:
+        - cell "note" [ref=e18]:
+          - button "Open" [ref=e19] [cursor=pointer]
+        - cell "x" [ref=e20]"""
+
+
+def test_compact_keeps_what_an_agent_acts_on_and_folds_the_rest() -> None:
+    assert compact(TABLE).splitlines() == [
+        "- generic [active] [ref=e1]:",
+        '  - heading "Agents" [level=1] [ref=e2]',
+        "  - table [ref=e5]:",
+        '    - rowgroup > row: columnheader "Agent" | columnheader "Suite"',
+        "    - rowgroup:",
+        '      - row: cell > link "Agent 0" [ref=e14] -> /agents/0 | cell "eval-0"',
+        # A cell with a child of its own keeps the row as it is.
+        "      - row:",
+        '        - cell "note":',
+        '          - button "Open" [ref=e19]',
+        '        - cell "x"',
+    ]
+    snap = build_snapshot(TABLE, seq=1, document=0, max_chars=10_000)
+    # Only the refs it shows are handed out.
+    assert snap.refs == {"e1", "e2", "e5", "e14", "e19"}
