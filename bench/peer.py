@@ -11,7 +11,7 @@ binary (`find_chromium()`) on the same small app page, served on loopback by its
   to /v1/mcp calling browser.navigate / browser.snapshot / browser.click. Its Chromium is
   already running (that is what a gateway is for); the task gets its own context.
 
-Rows, at 1 and 8 concurrent sessions, p50/p99: session start (peer: spawn + initialize +
+Rows, at 1, 8 and 32 concurrent sessions, p50/p99 over at least 60 samples each: session start (peer: spawn + initialize +
 first navigate; gateway: POST /v1/tasks + initialize + first navigate, without and with the
 warm stock of contexts), navigate, snapshot, navigate + snapshot, click. The sides take turns
 round by round (the order rotates), so the machine's drift hits them alike. The goal is to
@@ -47,6 +47,8 @@ from gateway.chromium import find_chromium, launch_args
 PEER_DIR = Path(__file__).parent / "peer"
 PEER_CLI = PEER_DIR / "node_modules" / "@playwright" / "mcp" / "cli.js"
 CONTROL_KEY = "bench-control-key-0123456789abcdef"
+COLUMNS = (1, 8, 32)  # concurrent sessions per side
+MIN_SAMPLES = 60
 MS = 1e3
 SAVE_REF = re.compile(r'button \\?"Save\\?" \[ref=([^\]\\]+)\]')
 WARM_GAUGE = re.compile(r"^gateway_browser_warm_contexts ([0-9.]+)$", re.MULTILINE)
@@ -340,6 +342,7 @@ async def gateway(data: Path, warm: int) -> AsyncIterator[str]:
         "GATEWAY_DATA_DIR": str(data),
         "GATEWAY_CONTROL_KEY": CONTROL_KEY,
         "GATEWAY_BROWSER_WARM_CONTEXTS": str(warm),
+        "GATEWAY_MAX_CONTEXTS": str(max(COLUMNS) + 16),
     }
     log = (data.parent / f"{data.name}.log").open("wb")  # its access log, off the terminal
     proc = await asyncio.create_subprocess_exec(
@@ -368,7 +371,11 @@ async def gateway(data: Path, warm: int) -> AsyncIterator[str]:
 
 async def measure(quick: bool) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     version = ensure_peer()
-    start_rounds, rounds1, rounds8 = (3, 16, 4) if quick else (6, 30, 8)
+    # Rounds per column, so that each row has at least 60 samples (a round at n sessions
+    # gives n): starts at 1 session are the slowest part of the run.
+    columns = (1, 8) if quick else COLUMNS
+    start_rounds = {1: 3, 8: 1} if quick else {n: -(-MIN_SAMPLES // n) for n in columns}
+    work_rounds = {1: 16, 8: 4} if quick else {n: -(-MIN_SAMPLES // n) for n in columns}
     rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory() as tmp:
         work_dir = Path(tmp)
@@ -385,13 +392,13 @@ async def measure(quick: bool) -> tuple[list[dict[str, Any]], dict[str, Any]]:
             for side in (peer, cold, warm):
                 await (await side.open(url)).close()
             sides = {"peer": peer, "cold": cold, "warm": warm}
-            start = {n: await starts(sides, url, n, start_rounds) for n in (1, 8)}
+            start = {n: await starts(sides, url, n, start_rounds[n]) for n in columns}
             both = {"peer": peer, "gateway": warm}
-            done = {n: await work(both, url, n, r) for n, r in ((1, rounds1), (8, rounds8))}
+            done = {n: await work(both, url, n, work_rounds[n]) for n in columns}
             await cold.aclose()
             await warm.aclose()
 
-    for n in (1, 8):
+    for n in columns:
         peer_start = start[n]["peer"]
         rows.append(
             row("session start, gateway without warm stock", n, peer_start, start[n]["cold"])
