@@ -11,9 +11,10 @@ binary (`find_chromium()`) on the same small app page, served on loopback by its
   to /v1/mcp calling browser.navigate / browser.snapshot / browser.click. Its Chromium is
   already running (that is what a gateway is for); the task gets its own context.
 
-Rows, at 1, 8 and 32 concurrent sessions, p50/p99 over at least 60 samples each: session start (peer: spawn + initialize +
-first navigate; gateway: POST /v1/tasks + initialize + first navigate, without and with the
-warm stock of contexts), navigate, snapshot, navigate + snapshot, click. The sides take turns
+Rows, at 1, 8 and 32 concurrent sessions, p50/p99 over at least 60 samples each: session
+start (peer: spawn + initialize + first navigate; gateway: POST /v1/tasks + initialize +
+first navigate, without and with the warm stock of contexts), navigate, snapshot,
+navigate + snapshot, click. The sides take turns
 round by round (the order rotates), so the machine's drift hits them alike. The goal is to
 be ahead on every row (ratio gateway/peer below 1, p50 and p99).
 
