@@ -19,6 +19,7 @@ from pydantic import (
     model_validator,
 )
 
+from gateway.approvals.policy import ApprovalPolicy
 from gateway.origins import OriginError, normalize_origin
 
 # An identifier that may end up in a path (an organization's artifacts, a workspace): it
@@ -109,6 +110,7 @@ class TaskIdentity(BaseModel):
     scopes: frozenset[Scope]
     allowed_tools: tuple[ToolPattern, ...] | None = None
     budget: Budget = Budget()
+    approvals: ApprovalPolicy = ApprovalPolicy()
     created_at: datetime
     expires_at: datetime
 

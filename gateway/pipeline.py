@@ -1,7 +1,11 @@
 """The call pipeline: the one path every tool call takes, whichever door it came in by.
 
-resolve -> authorize -> budget -> validate -> idempotency -> run under a deadline ->
-bound the output -> persist evidence -> exactly one terminal `ToolResult`.
+resolve -> authorize -> budget -> validate -> idempotency -> approval -> run under a
+deadline -> bound the output -> persist evidence -> exactly one terminal `ToolResult`.
+
+Authorization has three answers: the task's grant covers the call; it does not, and the
+task's approval policy lets a person grant it (or the policy requires a person for this
+tool), so the call waits for an approval (`gateway.approvals`); or it stays `denied`.
 
 A catalog entry is never authority: the identity is authorized again on every call, and
 the task's stored state (ended, expired) is read again too.
@@ -11,21 +15,23 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
 import json
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
+from gateway.approvals.broker import Approvals, default_summary
+from gateway.approvals.policy import Approver, Need
 from gateway.errors import GatewayError, StorageError, ToolFailure
 from gateway.evidence_log import EventLog
 from gateway.identity import TaskIdentity
 from gateway.metrics import Metrics
-from gateway.recording import recorded_input, recorded_output
+from gateway.ports import Elicit
+from gateway.recording import input_digest, recorded_input, recorded_output
 from gateway.redaction import Redactor
 from gateway.registry import ProgressFn, Registry, Services, Tool, ToolContext
 from gateway.results import Door, ErrorCode, ToolError, ToolResult, ToolStatus
@@ -84,6 +90,50 @@ class _TaskUsage:
     side_effects: int = 0
 
 
+class _Pause:
+    """Time a call's handler spends waiting for a person, which its deadline does not count."""
+
+    __slots__ = ("_active", "_resumed", "_since", "total")
+
+    def __init__(self) -> None:
+        self._active = 0
+        self._since = 0.0
+        self.total = 0.0  # seconds paused so far, on the loop's clock
+        self._resumed: asyncio.Event | None = None
+
+    def begin(self) -> None:
+        if self._active == 0:
+            self._since = asyncio.get_running_loop().time()
+            self.resumed.clear()
+        self._active += 1
+
+    def end(self) -> None:
+        self._active -= 1
+        if self._active == 0:
+            self.total += asyncio.get_running_loop().time() - self._since
+            self.resumed.set()
+
+    def counts(self) -> bool:
+        """Whether the deadline is paused now (a person is being asked), or was moved."""
+        return self._active > 0
+
+    @property
+    def resumed(self) -> asyncio.Event:
+        if self._resumed is None:
+            self._resumed = asyncio.Event()
+        return self._resumed
+
+
+@dataclass
+class _Asking:
+    """How one call reaches its caller while it runs: progress, cancel, elicitation."""
+
+    progress: ProgressFn | None
+    cancel: asyncio.Event | None
+    elicit: Elicit | None
+    pause: _Pause = field(default_factory=_Pause)
+
+
 def _jsonable(value: Any) -> Any:
     if isinstance(value, BaseModel):
         return value.model_dump(mode="json")
@@ -100,7 +150,9 @@ class Pipeline:
         redactor: Redactor,
         metrics: Metrics,
         events: EventLog,
+        approvals: Approvals | None = None,
     ) -> None:
+        self.approvals = approvals
         self.registry = registry
         self.tasks = tasks
         self.store = store
@@ -123,8 +175,12 @@ class Pipeline:
         progress: ProgressFn | None = None,
         cancel: asyncio.Event | None = None,
         call_id: str | None = None,
+        elicit: Elicit | None = None,
     ) -> ToolResult:
-        """Run one call to its terminal result. Never raises for a call-level failure."""
+        """Run one call to its terminal result. Never raises for a call-level failure.
+
+        `elicit`, from a door that can ask the person at the agent's client, is one more
+        channel for the approvals this call may need."""
         call_id = call_id or new_id("call")
         if not tool_name.isascii():
             # No registered name is non-ASCII, so this one is unknown; a lone surrogate in it
@@ -136,7 +192,13 @@ class Pipeline:
             tool_name = tool.name
         if tool is None or not tool.side_effects or not idempotency_key:
             return await self._call(
-                identity, tool_name, raw_input, door, idempotency_key, progress, cancel, call_id
+                identity,
+                tool_name,
+                raw_input,
+                door,
+                idempotency_key,
+                _Asking(progress, cancel, elicit),
+                call_id,
             )
         # Calls under one idempotency key run one at a time, and the lock is held until the
         # first one's record is committed: a concurrent replay then finds it in the store.
@@ -151,8 +213,7 @@ class Pipeline:
                     raw_input,
                     door,
                     idempotency_key,
-                    progress,
-                    cancel,
+                    _Asking(progress, cancel, elicit),
                     call_id,
                 )
         finally:
@@ -167,11 +228,11 @@ class Pipeline:
         raw_input: Any,
         door: Door,
         idempotency_key: str | None,
-        progress: ProgressFn | None,
-        cancel: asyncio.Event | None,
+        asking: _Asking,
         call_id: str,
     ) -> ToolResult:
         call = _Call(identity, tool_name, door, call_id, idempotency_key, raw_input)
+        progress, cancel = asking.progress, asking.cancel
         tool = self.registry.get(tool_name)
         try:
             if tool is None:
@@ -181,10 +242,7 @@ class Pipeline:
                     f"no tool named {tool_name[:128]!r} is available to this task",
                 )
             await self._check_task(identity)
-            if not tool.permits(identity):
-                raise ToolFailure(
-                    ToolStatus.DENIED, ErrorCode.FORBIDDEN, f"this task may not call {tool.name!r}"
-                )
+            need = self._authorize(identity, tool)
             usage = await self._usage_of(identity.task_id)
             self._charge_budget(identity, tool, usage)
             call.charged = True
@@ -197,6 +255,7 @@ class Pipeline:
                 door=door,
                 services=self.services,
                 progress=progress,
+                asker=self._asker(call, asking) if self.approvals is not None else None,
             )
             keyed = tool.side_effects and idempotency_key is not None
             recorded = (
@@ -204,7 +263,7 @@ class Pipeline:
                 if keyed and idempotency_key is not None
                 else None
             )
-            digest = input_digest(call.input) if keyed else ""
+            digest = input_digest(call.input) if keyed or need is not None else ""
             if recorded is not None:
                 if recorded.input_sha256 not in (None, digest):
                     raise ToolFailure(
@@ -220,9 +279,13 @@ class Pipeline:
                 call.status, call.output, call.error = prior.status, prior.output, prior.error
                 call.truncated = prior.truncated
             else:
+                if need is not None:
+                    await self._approve(call, tool, need, digest, asking)
                 call.side_effect = tool.side_effects
                 usage.side_effects += int(tool.side_effects)
-                call.output, call.truncated = await self._run(tool, call.context, args, cancel)
+                call.output, call.truncated = await self._run(
+                    tool, call.context, args, cancel, asking
+                )
                 if keyed and idempotency_key is not None:
                     # Committed with the call's evidence, in one transaction, before the
                     # result is returned: after a crash a replay finds it, or the call
@@ -246,6 +309,82 @@ class Pipeline:
             await asyncio.shield(self._finish(call))
             raise
         return await self._finish(call)
+
+    def _authorize(self, identity: TaskIdentity, tool: Tool) -> Need | None:
+        """None when the grant covers the call; a `Need` when it waits for a person."""
+        missing, other = tool.shortfall(identity)
+        policy = identity.approvals
+        need = None
+        if self.approvals is not None and (policy.required or policy.grantable):
+            need = tool.approval(identity)
+        if need is None and (missing or other):
+            raise ToolFailure(
+                ToolStatus.DENIED, ErrorCode.FORBIDDEN, f"this task may not call {tool.name!r}"
+            )
+        return need
+
+    async def _approve(
+        self, call: _Call, tool: Tool, need: Need, digest: str, asking: _Asking
+    ) -> None:
+        """Wait for a person, unless one already granted this tool for the whole task."""
+        assert self.approvals is not None
+        assert call.context is not None
+        if await self.approvals.granted(call.identity.task_id, tool.name):
+            call.context.evidence["approval"] = {"granted_for_task": True}
+            return
+        summary = (
+            tool.approval_summary(call.input)
+            if tool.approval_summary is not None
+            else default_summary(tool.title, tool.name, call.input)
+        )
+        request = await self.approvals.ask(
+            call.identity,
+            policy=call.identity.approvals,
+            need=need,
+            call_id=call.call_id,
+            tool=tool.name,
+            door=call.door,
+            input_digest=digest,
+            summary=summary,
+            cancel=asking.cancel,
+            progress=asking.progress,
+            elicit=asking.elicit,
+        )
+        call.context.evidence["approval"] = {"approval_id": request.id}
+
+    def _asker(
+        self, call: _Call, asking: _Asking
+    ) -> Callable[[str, dict[str, Any] | None, Approver], Awaitable[None]]:
+        """`ctx.request_approval` of this call: asks as the pipeline would, and the time a
+        person takes does not count against the tool's deadline."""
+        approvals = self.approvals
+        assert approvals is not None
+
+        async def ask(summary: str, details: dict[str, Any] | None, by: Approver) -> None:
+            identity = call.identity
+            digest = input_digest(call.input)
+            asking.pause.begin()
+            try:
+                request = await approvals.ask(
+                    identity,
+                    policy=identity.approvals,
+                    need=Need(by, "the tool asks"),
+                    call_id=call.call_id,
+                    tool=call.tool_name,
+                    door=call.door,
+                    input_digest=digest,
+                    summary=summary,
+                    details=details,
+                    cancel=asking.cancel,
+                    progress=asking.progress,
+                    elicit=asking.elicit,
+                )
+            finally:
+                asking.pause.end()
+            if call.context is not None:
+                call.context.evidence.setdefault("approvals", []).append(request.id)
+
+        return ask
 
     async def _check_task(self, identity: TaskIdentity) -> None:
         record = await self.tasks.record(identity.task_id)
@@ -311,16 +450,41 @@ class Pipeline:
 
     @staticmethod
     async def _run(
-        tool: Tool, context: ToolContext, args: BaseModel, cancel: asyncio.Event | None
+        tool: Tool,
+        context: ToolContext,
+        args: BaseModel,
+        cancel: asyncio.Event | None,
+        asking: _Asking,
     ) -> tuple[Any, bool]:
         handler = asyncio.ensure_future(tool.handler(context, args))
         waiter = asyncio.ensure_future(cancel.wait()) if cancel is not None else None
+        pause = asking.pause
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + tool.timeout_s
         try:
-            done, _ = await asyncio.wait(
-                [handler] if waiter is None else [handler, waiter],
-                timeout=tool.timeout_s,
-                return_when=asyncio.FIRST_COMPLETED,
-            )
+            while True:
+                done, _ = await asyncio.wait(
+                    [handler] if waiter is None else [handler, waiter],
+                    timeout=max(0.0, deadline + pause.total - loop.time()),
+                    return_when=asyncio.FIRST_COMPLETED,
+                )
+                if done:
+                    break
+                if not pause.counts():
+                    if loop.time() >= deadline + pause.total:
+                        break
+                    continue  # a person answered while it waited: the deadline moved
+                # The handler waits for a person: its deadline resumes once they answer.
+                resumed = asyncio.ensure_future(pause.resumed.wait())
+                try:
+                    done, _ = await asyncio.wait(
+                        [handler, resumed] if waiter is None else [handler, waiter, resumed],
+                        return_when=asyncio.FIRST_COMPLETED,
+                    )
+                finally:
+                    resumed.cancel()
+                if handler in done or (waiter is not None and waiter in done):
+                    break
         except asyncio.CancelledError:
             handler.cancel()
             raise
@@ -438,15 +602,6 @@ class Pipeline:
     ) -> str | None:
         """Evidence that is not a call: a rejected frame, a blocked navigation..."""
         return await self.events.record(identity, kind, data)
-
-
-def input_digest(validated: Any) -> str:
-    """The sha256 of a validated input in a canonical JSON form (keys sorted), so the same
-    request sent again matches its first call whatever the order of its fields."""
-    canonical = json.dumps(
-        validated, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str
-    )
-    return hashlib.sha256(canonical.encode("utf-8", "surrogatepass")).hexdigest()
 
 
 def bound_output(value: Any, limit: int) -> tuple[Any, bool]:

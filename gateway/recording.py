@@ -12,6 +12,7 @@ The redactor runs after this, on what is left.
 from __future__ import annotations
 
 import hashlib
+import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -53,3 +54,12 @@ def recorded_input(value: Any, secret_fields: Iterable[str] = ()) -> Any:
 
 def recorded_output(value: Any) -> Any:
     return condensed(value, OUTPUT_TEXT_MAX)
+
+
+def input_digest(validated: Any) -> str:
+    """The sha256 of a validated input in a canonical JSON form (keys sorted), so the same
+    request sent again matches its first call whatever the order of its fields."""
+    canonical = json.dumps(
+        validated, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str
+    )
+    return hashlib.sha256(canonical.encode("utf-8", "surrogatepass")).hexdigest()

@@ -14,8 +14,10 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel
 
+from gateway.approvals.policy import Approver, Need, approval_need
+from gateway.errors import ToolFailure
 from gateway.identity import TaskIdentity
-from gateway.results import Door
+from gateway.results import Door, ErrorCode, ToolStatus
 
 TOOL_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,128}$")
 # The names agent clients accept: Claude Desktop refuses a whole tool list over one name
@@ -35,6 +37,8 @@ M = TypeVar("M", bound=BaseModel)
 S = TypeVar("S")
 
 ProgressFn = Callable[[float, float | None, str | None], Awaitable[None]]
+# (summary, details, by) -> returns once a person approved.
+Asker = Callable[[str, dict[str, Any] | None, Approver], Awaitable[None]]
 
 
 @dataclass(frozen=True)
@@ -76,6 +80,8 @@ class ToolContext:
     evidence: dict[str, Any] = field(default_factory=dict)
     # Input fields whose values the evidence must not keep (`[secret: N chars]` instead).
     secrets: set[str] = field(default_factory=set)
+    # Set by the pipeline: how this call asks a person (None where no one can be asked).
+    asker: Asker | None = None
 
     def secret(self, input_field: str) -> None:
         """Keep this input field's value out of the call's evidence (a password, a key)."""
@@ -83,6 +89,24 @@ class ToolContext:
 
     def service(self, kind: type[S]) -> S:
         return self.services.get(kind)
+
+    async def request_approval(
+        self, summary: str, details: dict[str, Any] | None = None, *, by: Approver = "actor"
+    ) -> None:
+        """Wait for a person to approve what this call is about to do, when the product
+        requires it (a run whose cost is over a threshold...). Returns once approved;
+        raises the call's terminal failure when denied, unanswered in time, or cancelled.
+
+        `summary` is what the person reads (plain text, no markup); `details` are facts
+        shown beside it. `by="control"` leaves the decision to the control plane.
+        """
+        if self.asker is None:
+            raise ToolFailure(
+                ToolStatus.FAILED,
+                ErrorCode.UNAVAILABLE,
+                f"{self.tool.name} needs a person's approval, and no one can be asked here",
+            )
+        await self.asker(summary, details, by)
 
     async def report_progress(
         self, progress: float, total: float | None = None, message: str | None = None
@@ -107,6 +131,12 @@ class Tool:
     max_output_bytes: int = 64 * 1024
     timeout_s: float = 30.0
     side_effects: bool = False
+    # What a person reads when a call of this tool waits for approval, from its validated
+    # input (as JSON); None: the tool's title and its input.
+    approval_summary: Callable[[Any], str] | None = None
+    # The output is a string a client parses (a permission-prompt answer): a door's text
+    # for the model is that string alone, with no status line around it.
+    text_output: bool = False
 
     def __post_init__(self) -> None:
         if not TOOL_NAME.match(self.name):
@@ -127,12 +157,26 @@ class Tool:
         return self.input_model.model_json_schema()
 
     def permits(self, identity: TaskIdentity) -> bool:
-        """Whether this identity may call this tool at all (scopes, role, task allowlist)."""
-        return (
-            self.scopes <= identity.scopes
-            and (not self.roles or identity.actor.role in self.roles)
-            and identity.may_use_tool(self.name)
+        """Whether the task's grant covers this tool (scopes, role, task allowlist)."""
+        missing, other = self.shortfall(identity)
+        return not missing and not other
+
+    def shortfall(self, identity: TaskIdentity) -> tuple[frozenset[str], bool]:
+        """What the task's grant lacks for this tool: its missing scopes, and whether a role
+        or the task's `allowed_tools` refuses it too."""
+        other = bool(self.roles and identity.actor.role not in self.roles) or (
+            not identity.may_use_tool(self.name)
         )
+        return self.scopes - identity.scopes, other
+
+    def approval(self, identity: TaskIdentity) -> Need | None:
+        """Whether a call of this tool waits for a person first (the task's approvals)."""
+        missing, other = self.shortfall(identity)
+        return approval_need(identity.approvals, self.name, missing, other)
+
+    def reachable(self, identity: TaskIdentity) -> bool:
+        """Whether the task may call this tool, at once or once a person approves."""
+        return self.permits(identity) or self.approval(identity) is not None
 
     def catalog_entry(self) -> dict[str, Any]:
         """The tool as every door lists it: under its exposed name, with its id beside."""
@@ -245,7 +289,10 @@ class Registry:
         return len(self._tools)
 
     def catalog(self, identity: TaskIdentity) -> list[dict[str, Any]]:
-        """The tools this identity may call, sorted by name. Listing is never authority."""
+        """The tools this identity may call (some after a person approves), sorted by name.
+        Listing is never authority."""
         return [
-            self._schemas[t.name] for t in sorted(self, key=lambda t: t.name) if t.permits(identity)
+            self._schemas[t.name]
+            for t in sorted(self, key=lambda t: t.name)
+            if t.reachable(identity)
         ]

@@ -40,6 +40,10 @@ class ErrorCode(StrEnum):
     UNAVAILABLE = "unavailable"
     RATE_LIMITED = "rate_limited"
     CONFLICT = "conflict"
+    APPROVAL_DENIED = "approval_denied"
+    APPROVAL_TIMEOUT = "approval_timeout"
+    QUOTA_EXCEEDED = "quota_exceeded"
+    OVERLOADED = "overloaded"
 
 
 class Door(StrEnum):

@@ -20,6 +20,8 @@ from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from typing import Any
 
+from gateway.approvals.broker import Approvals
+from gateway.approvals.prompt import PROMPT_TOOL
 from gateway.evidence_log import EventLog
 from gateway.identity import TaskIdentity
 from gateway.metrics import Metrics
@@ -85,7 +87,7 @@ class Gateway:
         self.redactor = Redactor(
             [*settings.secret_keys, *([settings.control_key] if settings.control_key else [])]
         )
-        self.registry = Registry()
+        self.registry = Registry([PROMPT_TOOL])
         self.services = Services()
         self.events = EventLog(
             self.store,
@@ -93,6 +95,7 @@ class Gateway:
             quota=settings.evidence_max_events_per_task,
             metrics=self.metrics.registry,
         )
+        self.approvals = Approvals(self.store, self.events)
         self.pipeline = Pipeline(
             self.registry,
             self.tasks,
@@ -101,11 +104,13 @@ class Gateway:
             self.redactor,
             self.metrics,
             self.events,
+            self.approvals,
         )
         self.task_log = TaskLog()
         self.tasks.on_end(self.pipeline.forget)
         self.tasks.on_end(self.events.task_ended)
         self.tasks.on_end(self.task_log.task_ended)
+        self.tasks.on_end(self.approvals.task_ended)
         self._parts: list[Part] = []
         self._stack: contextlib.AsyncExitStack | None = None
         self.sweep_interval_s = 2.0  # how soon an expired task's tab and browser are let go
@@ -143,6 +148,7 @@ class Gateway:
                 self.redactor.add_secret(secret)
             await stack.enter_async_context(hooks(self.store.start, self.store.close)())
             await self.tasks.load()
+            await self.approvals.recover()
             # Left before the store closes: the last aggregates of task events are written.
             stack.push_async_callback(self.events.flush)
             for part in [*self._parts, Part("task sweeper", self._sweeping)]:

@@ -21,6 +21,7 @@ from typing import Any
 from prometheus_client import Counter
 from pydantic import BaseModel, ConfigDict, Field
 
+from gateway.approvals.policy import ApprovalPolicy
 from gateway.errors import AuthError, NotFound, TokenExpired, TokenRevoked
 from gateway.identity import Actor, Budget, Name, Sandbox, Scope, TaskIdentity, ToolPattern
 from gateway.store.database import Store, TaskRecord
@@ -50,6 +51,7 @@ class TaskCreate(BaseModel):
     scopes: list[Scope] = Field(default_factory=list, max_length=256)
     allowed_tools: list[ToolPattern] | None = Field(default=None, max_length=1024)
     budget: Budget = Budget()
+    approvals: ApprovalPolicy = ApprovalPolicy()
     ttl_s: int | None = Field(default=None, ge=1)
 
 
@@ -138,6 +140,7 @@ class TaskService:
             if request.allowed_tools is not None
             else None,
             budget=request.budget,
+            approvals=request.approvals,
             created_at=now,
             expires_at=now + timedelta(seconds=ttl),
         )
@@ -237,6 +240,7 @@ class TaskService:
             if identity.allowed_tools is not None
             else None,
             "budget": identity.budget.model_dump(exclude_none=True),
+            "approvals": identity.approvals.model_dump(mode="json"),
             "created_at": identity.created_at.isoformat(),
             "expires_at": identity.expires_at.isoformat(),
             "ended_at": (

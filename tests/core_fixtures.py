@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Sequence
 from datetime import UTC, datetime, timedelta
 
+from gateway.approvals.policy import ApprovalPolicy
 from gateway.identity import Actor, Budget, Sandbox, TaskIdentity
 from gateway.runtime import Gateway
 from gateway.settings import Settings
@@ -51,6 +52,7 @@ async def new_task(
     scopes: Sequence[str] = ("ui",),
     allowed_tools: Sequence[str] | None = None,
     budget: Budget | None = None,
+    approvals: ApprovalPolicy | None = None,
 ) -> tuple[TaskIdentity, dict[str, str]]:
     return await gw.tasks.create(
         TaskCreate(
@@ -60,5 +62,6 @@ async def new_task(
             scopes=list(scopes),
             allowed_tools=list(allowed_tools) if allowed_tools is not None else None,
             budget=budget or Budget(),
+            approvals=approvals or ApprovalPolicy(),
         )
     )

@@ -182,7 +182,8 @@ export const RULES = freeze({
       "state",
       "tool_call",
       "cancel",
-      "pong"
+      "pong",
+      "approval"
     ],
     "to_tab": [
       "welcome",
@@ -191,7 +192,9 @@ export const RULES = freeze({
       "tool_result",
       "error",
       "bye",
-      "ping"
+      "ping",
+      "approval_request",
+      "approval_closed"
     ]
   },
   "ids": {

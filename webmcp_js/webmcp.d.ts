@@ -57,6 +57,24 @@ export interface ConnectOptions {
   view?: () => ViewState;
   /** Register the catalog as WebMCP tools (default true). */
   webmcp?: boolean;
+  /** Where the shim puts its approval elements (default: document.body). Restyle them
+   * through their parts: panel, title, summary, details, actions, button, deny, approve,
+   * approve-task, note. */
+  approvalContainer?: HTMLElement;
+}
+
+/** An approval the tab shows ("approval" event); the nonce never leaves the shim. */
+export interface ShownApproval {
+  id: string;
+  tool: string;
+  summary: string;
+  details: Record<string, unknown>;
+  /** "control": someone else decides, and the tab shows it as waiting. */
+  by: "actor" | "control";
+  /** Whether this tab's person may answer it here. */
+  answerable: boolean;
+  expires_at: number;
+  revision: number;
 }
 
 export interface ToolError { code: string; message: string; retryable?: boolean; details?: unknown; }
@@ -84,7 +102,9 @@ export interface RegisteredView { name: string; title: string; params_schema: Re
 
 /**
  * Events: "welcome", "request", "applied", "cancel", "stale", "refused", "error", "toolerror",
- * "bye", "disconnect", "closed" (CustomEvent; details in `event.detail`).
+ * "bye", "disconnect", "closed", "approval" (a `ShownApproval`), "approval_closed"
+ * (`{id, status}`), "approval_refused" (`{id, reason}`: a script's click, not a person's)
+ * (CustomEvent; details in `event.detail`).
  */
 export interface GatewaySession extends EventTarget {
   readonly gateway: string;

@@ -9,6 +9,7 @@
 // against the same closed allowlist the gateway uses before the page's handler sees it, and
 // its strings are handed over as data: handlers must display them as text (textContent).
 
+import { ApprovalPanel } from "./approval.js";
 import { RULES } from "./tab-rules.js";
 
 // Every rule an action must pass comes from the gateway's Python models, compiled into
@@ -247,6 +248,9 @@ function cloneJson(value) {
 }
 
 class GatewaySession extends EventTarget {
+  // The approval element and its nonces; an answer needs a person's trusted event.
+  #approvals;
+
   constructor(options) {
     super();
     if (!options || typeof options.token !== "string" || !options.token) throw new Error("connectGateway needs a token");
@@ -276,6 +280,11 @@ class GatewaySession extends EventTarget {
     this._retryTimer = null;
     this._first = null;
     this._listened = new Set();
+    this.#approvals = new ApprovalPanel({
+      container: options.approvalContainer,
+      answer: (request, decision, scope) => this.#answer(request, decision, scope),
+      emit: (type, detail) => this._emit(type, detail),
+    });
     this._onPageHide = () => this._stop("pagehide");
     if (globalThis.addEventListener) globalThis.addEventListener("pagehide", this._onPageHide);
   }
@@ -390,6 +399,7 @@ class GatewaySession extends EventTarget {
     clearTimeout(this._retryTimer);
     clearTimeout(this._expiryTimer);
     if (globalThis.removeEventListener) globalThis.removeEventListener("pagehide", this._onPageHide);
+    this.#approvals.clear();
     const ws = this._ws;
     if (ws && ws.readyState <= 1) ws.close(1000, reason);
     this._emit("closed", { reason });
@@ -439,7 +449,12 @@ class GatewaySession extends EventTarget {
       case "ping":
         return this._send({ type: "pong" });
       case "error":
+        if (typeof frame.id === "string") this.#approvals.refused(frame.id, frame.message);
         return this._emit("error", { code: frame.code, message: frame.message, id: frame.id });
+      case "approval_request":
+        return this.#approvals.show(frame);
+      case "approval_closed":
+        return this.#approvals.close(frame.id, frame.status);
       case "bye":
         this._emit("bye", { reason: frame.reason });
         return this._stop(frame.reason || "bye");
@@ -516,6 +531,23 @@ class GatewaySession extends EventTarget {
     this._requests.delete(id);
     this._emit("applied", { id, action: type, result });
     return reply({ ok: true, result });
+  }
+
+  // -- approvals ---------------------------------------------------------------------
+
+  #answer(request, decision, scope) {
+    if (!this.connected) return false;
+    this._send({
+      type: "approval",
+      id: request.id,
+      task_id: this.taskId,
+      tab_id: this.tabId,
+      revision: request.revision,
+      nonce: request.nonce,
+      decision,
+      scope,
+    });
+    return true;
   }
 
   // -- WebMCP ------------------------------------------------------------------------

@@ -7,8 +7,9 @@ import json
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
+from pydantic import BaseModel, ValidationError
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 
@@ -56,6 +57,21 @@ async def read_json(request: Request, limit: int) -> Any:
         except UnicodeEncodeError:
             raise InvalidInput("body is not valid JSON: it has a lone surrogate") from None
     return value
+
+
+M = TypeVar("M", bound=BaseModel)
+
+
+def parse_body(model: type[M], body: Any, message: str) -> M:
+    """A JSON body as `model`, or 422 with `message` and where each error is."""
+    try:
+        return model.model_validate(body)
+    except ValidationError as exc:
+        errors = [
+            {"loc": [str(p) for p in e["loc"]], "msg": e["msg"]}
+            for e in exc.errors(include_url=False, include_input=False)
+        ]
+        raise InvalidInput(message, details={"errors": errors}) from None
 
 
 _DIGITS = re.compile(r"[0-9]{1,15}")
@@ -116,6 +132,25 @@ class Access:
         if self.is_control(bearer(request)):
             return None
         identity = await self.task_identity(request)
+        if identity.task_id != task_id:
+            raise NotFound("no such task")
+        return identity
+
+    async def task_member(self, request: Request, task_id: str) -> TaskIdentity | None:
+        """Like `task_reader`, but any of the task's tokens will do (tab, agent, bridge): the
+        people and programs of one task may all read what it is waiting for."""
+        if self.is_control(bearer(request)):
+            return None
+        token = credential(request)
+        purpose = Purpose.AGENT
+        for candidate in Purpose:
+            try:
+                self.tasks.claims(token, candidate)
+            except AuthError:
+                continue
+            purpose = candidate
+            break
+        identity = await self.tasks.authenticate(token, purpose)
         if identity.task_id != task_id:
             raise NotFound("no such task")
         return identity

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-from pydantic import ValidationError
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
-from gateway.errors import InvalidInput, NotFound
-from gateway.http.edge import Access, bearer, query_int, read_json
+from gateway.errors import NotFound
+from gateway.http.edge import Access, bearer, parse_body, query_int, read_json
 from gateway.runtime import Gateway
 from gateway.tasks import TaskCreate
 
@@ -22,18 +21,7 @@ def routes(gw: Gateway) -> list[BaseRoute]:
     async def create(request: Request) -> Response:
         access.require_control(request)
         body = await read_json(request, gw.settings.max_body_bytes)
-        try:
-            spec = TaskCreate.model_validate(body)
-        except ValidationError as exc:
-            raise InvalidInput(
-                "the task request is invalid",
-                details={
-                    "errors": [
-                        {"loc": [str(p) for p in e["loc"]], "msg": e["msg"]}
-                        for e in exc.errors(include_url=False, include_input=False)
-                    ]
-                },
-            ) from None
+        spec = parse_body(TaskCreate, body, "the task request is invalid")
         identity, tokens = await gw.tasks.create(spec)
         answer = {
             "task_id": identity.task_id,
@@ -55,6 +43,8 @@ def routes(gw: Gateway) -> list[BaseRoute]:
             "dropped": gw.events.dropped(task_id),
             "quota": gw.events.quota,
         }
+        body["grants"] = await gw.approvals.grants(task_id)
+        body["approvals_pending"] = len(gw.approvals.pending(task_id))
         for name, probe in gw.task_probes.items():
             body[name] = probe(task_id)
         return JSONResponse(body)

@@ -8,6 +8,8 @@ One rule for every status:
   then the output's fields one a line, multi-line text (a page snapshot) as a YAML block
   with real newlines rather than JSON-escaped; for a failure its code, message and whether
   to retry;
+- a tool whose output is a string its client parses (`Tool.text_output`: the permission
+  prompt's JSON answer) has that string as its text block, nothing around it;
 - an image block (a screenshot) follows when the door has one for the result;
 - `isError` is true for every status but `succeeded`.
 """
@@ -68,8 +70,16 @@ def model_text(result: ToolResult) -> str:
     return "\n".join(lines)
 
 
-def render(result: ToolResult, image: types.ImageContent | None = None) -> types.CallToolResult:
-    content: list[types.ContentBlock] = [types.TextContent(text=model_text(result))]
+def render(
+    result: ToolResult, image: types.ImageContent | None = None, *, text_output: bool = False
+) -> types.CallToolResult:
+    """`text_output`: the tool answers a string its client parses; it is the text block."""
+    text = (
+        result.output
+        if text_output and result.ok and isinstance(result.output, str)
+        else model_text(result)
+    )
+    content: list[types.ContentBlock] = [types.TextContent(text=text)]
     if image is not None:
         content.append(image)
     return types.CallToolResult(

@@ -30,10 +30,11 @@ from gateway.errors import NotFound
 from gateway.identity import TaskIdentity
 from gateway.mcp_door.bearer import identity_of
 from gateway.mcp_door.catalog import McpCatalog
+from gateway.mcp_door.elicitation import elicitor
 from gateway.mcp_door.images import ImageReader, image_block
 from gateway.mcp_door.rendering import render
 from gateway.mcp_door.resources import ArtifactResources
-from gateway.ports import CallRunner
+from gateway.ports import CallRunner, Elicit
 from gateway.registry import ProgressFn
 from gateway.results import Door, ToolResult
 from gateway.task_log import Level, TaskLog, at_least
@@ -68,6 +69,7 @@ async def call_until_cancelled(
     *,
     key: str | None,
     progress: ProgressFn | None,
+    elicit: Elicit | None = None,
 ) -> ToolResult:
     cancel = asyncio.Event()
     call = asyncio.ensure_future(
@@ -79,6 +81,7 @@ async def call_until_cancelled(
             idempotency_key=key,
             progress=progress,
             cancel=cancel,
+            elicit=elicit,
         )
     )
     try:
@@ -116,9 +119,11 @@ def build_server(
             params.arguments,
             key=idempotency_key(meta),
             progress=progress_of(ctx),
+            elicit=elicitor(ctx),
         )
         image = await image_block(result, identity, images) if images is not None else None
-        return render(result, image)
+        tool = catalog.registry.get(params.name)
+        return render(result, image, text_output=tool is not None and tool.text_output)
 
     async def set_logging_level(
         ctx: Context, params: types.SetLevelRequestParams

@@ -37,6 +37,7 @@ from sqlalchemy import (
     make_url,
     select,
     text,
+    update,
 )
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
@@ -475,6 +476,104 @@ class Store:
                 "input_sha256": input_sha256,
             },
         )
+
+    # -- approvals --------------------------------------------------------------------
+
+    async def insert_approval(self, request: Mapping[str, Any], nonce: str) -> None:
+        await self.commit(
+            [
+                (
+                    schema.approvals,
+                    {
+                        "id": request["approval_id"],
+                        "task_id": request["task_id"],
+                        "org_id": request.get("org_id", ""),
+                        "call_id": request["call_id"],
+                        "tool": request["tool"],
+                        "status": request["status"],
+                        "request": json.dumps(request, default=str),
+                        "nonce_sha256": hashlib.sha256(nonce.encode()).hexdigest(),
+                        "decision": None,
+                        "created_at": request["created_at"],
+                        "expires_at": request["expires_at"],
+                        "decided_at": None,
+                    },
+                )
+            ]
+        )
+
+    async def settle_approval(
+        self, approval_id: str, status: str, decision: Mapping[str, Any] | None, at: float
+    ) -> bool:
+        """Decide a pending approval; False when it was not pending any more (one outcome)."""
+        ap = schema.approvals
+        statement = (
+            update(ap)
+            .where(ap.c.id == approval_id, ap.c.status == "pending")
+            .values(
+                status=status,
+                decision=json.dumps(decision) if decision is not None else None,
+                decided_at=at,
+            )
+        )
+        try:
+            async with self.engine.begin() as conn:
+                changed = (await conn.execute(statement)).rowcount
+        except SQLAlchemyError as exc:
+            raise StorageError(f"the approval could not be decided: {exc}") from exc
+        return bool(changed == 1)
+
+    async def close_orphaned_approvals(self, at: float) -> int:
+        """Approvals left pending by a process that stopped: the calls waiting on them are
+        gone, so they end as cancelled rather than wait forever in the listing."""
+        ap = schema.approvals
+        statement = (
+            update(ap).where(ap.c.status == "pending").values(status="cancelled", decided_at=at)
+        )
+        async with self.engine.begin() as conn:
+            return int((await conn.execute(statement)).rowcount)
+
+    async def approvals_of(self, task_id: str) -> list[dict[str, Any]]:
+        ap = schema.approvals
+        query = (
+            select(ap.c.request, ap.c.status, ap.c.decision, ap.c.decided_at)
+            .where(ap.c.task_id == task_id)
+            .order_by(ap.c.created_at)
+        )
+        async with self.engine.connect() as conn:
+            rows = (await conn.execute(query)).all()
+        out = []
+        for request, status, decision, decided_at in rows:
+            item = json.loads(request)
+            item.update(
+                status=status,
+                decision=json.loads(decision) if decision else None,
+                decided_at=decided_at,
+            )
+            out.append(item)
+        return out
+
+    async def insert_grant(self, task_id: str, tool: str, grant: Mapping[str, Any]) -> None:
+        await self.commit(
+            [
+                (
+                    schema.task_grants,
+                    {
+                        "task_id": task_id,
+                        "tool": tool,
+                        "grant": json.dumps(grant),
+                        "created_at": time.time(),
+                    },
+                )
+            ]
+        )
+
+    async def task_grants(self, task_id: str) -> dict[str, dict[str, Any]]:
+        tg = schema.task_grants
+        query = select(tg.c.tool, tg.c.grant).where(tg.c.task_id == task_id)
+        async with self.engine.connect() as conn:
+            rows = (await conn.execute(query)).all()
+        return {tool: json.loads(grant) for tool, grant in rows}
 
     # -- artifacts --------------------------------------------------------------------
 

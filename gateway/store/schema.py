@@ -86,6 +86,36 @@ idempotency = Table(
     Column("input_sha256", String(64), nullable=True),
 )
 
+# Approval requests, one row each, under the task's owner: the outcome is decided by one
+# conditional update (status pending -> decided), so a second answer finds nothing to change.
+approvals = Table(
+    "approvals",
+    metadata,
+    Column("id", String(64), primary_key=True),
+    Column("task_id", String(64), nullable=False),
+    Column("org_id", String(128), nullable=False),
+    Column("call_id", String(64), nullable=False),
+    Column("tool", String(128), nullable=False),
+    Column("status", String(16), nullable=False),
+    Column("request", Text, nullable=False),  # the request as JSON (summary, digest, door...)
+    Column("nonce_sha256", String(64), nullable=False),
+    Column("decision", Text),  # who, how, which channel, as JSON
+    Column("created_at", Float, nullable=False),
+    Column("expires_at", Float, nullable=False),
+    Column("decided_at", Float),
+    Index("ix_approvals_task", "task_id", "created_at"),
+)
+
+# What a person approved for the rest of a task (`scope: task`): later calls pass.
+task_grants = Table(
+    "task_grants",
+    metadata,
+    Column("task_id", String(64), primary_key=True),
+    Column("tool", String(128), primary_key=True),
+    Column("grant", Text, nullable=False),
+    Column("created_at", Float, nullable=False),
+)
+
 # Columns added after their table was first shipped: (table, column). A store opened on an
 # older data dir adds them at start; `create_all` only creates missing tables.
 ADDED_COLUMNS = (("idempotency", "input_sha256"),)

@@ -90,7 +90,19 @@ class CancelCall:
     call_id: str
 
 
-Effect = Send | Close | Settle | Rejected | StartCall | CancelCall
+@dataclass(frozen=True)
+class Answer:
+    """A person answered an approval in the tab; the hub hands it to the approvals desk
+    (which checks the nonce, the approver and the expiry)."""
+
+    conn: str
+    approval_id: str
+    decision: str
+    scope: str
+    nonce: str
+
+
+Effect = Send | Close | Settle | Rejected | StartCall | CancelCall | Answer
 
 
 @dataclass(frozen=True)
@@ -155,6 +167,10 @@ class TabChannel:
         self.limits = limits or ChannelLimits()
         self._conn: _Conn | None = None
         self._pending: dict[str, _Pending] = {}
+        # Approvals waiting for a person, shown in the tab (again after a reconnect); with
+        # the revision each was last shown at, which its answer must name.
+        self._approvals: dict[str, dict[str, Any]] = {}
+        self._shown_at: dict[str, int] = {}
         self.ended: str | None = None
 
     # -- queries ----------------------------------------------------------------------
@@ -214,6 +230,9 @@ class TabChannel:
             last_seen=now,
             next_ping=now + limits.heartbeat_s,
         )
+        # A pending approval is shown again to the tab that took over (or came back).
+        for approval_id in self._approvals:
+            effects.append(self._show(self._conn, approval_id))
         return effects
 
     def disconnect(self, conn: str) -> list[Effect]:
@@ -226,6 +245,8 @@ class TabChannel:
     def end(self, reason: str = "task_ended") -> list[Effect]:
         """The task ended: say bye, close 4002, fail everything pending."""
         self.ended = reason
+        self._approvals.clear()
+        self._shown_at.clear()
         effects: list[Effect] = []
         if self._conn is not None:
             effects += self._drop(
@@ -255,6 +276,58 @@ class TabChannel:
             bye="token_expired",
             close=(frames.CLOSE_TOKEN_EXPIRED, "the tab token expired"),
         )
+
+    # -- approvals --------------------------------------------------------------------
+
+    def show_approval(self, shown: dict[str, Any]) -> list[Effect]:
+        """An approval waits for a person: show it in the tab now, and on every connect."""
+        if self.ended is not None:
+            return []
+        self._approvals[shown["id"]] = shown
+        return [self._show(self._conn, shown["id"])] if self._conn is not None else []
+
+    def close_approval(self, approval_id: str, status: str) -> list[Effect]:
+        """The approval has its outcome (from any channel): take it out of the tab."""
+        if self._approvals.pop(approval_id, None) is None:
+            return []
+        self._shown_at.pop(approval_id, None)
+        if self._conn is None:
+            return []
+        return [Send(self._conn.id, frames.approval_closed(approval_id, status))]
+
+    def approvals_shown(self) -> list[str]:
+        return list(self._approvals)
+
+    def _show(self, conn: _Conn, approval_id: str) -> Send:
+        self._shown_at[approval_id] = conn.revision
+        frame = frames.approval_request(
+            self._approvals[approval_id], self.task_id, conn.tab_id, conn.revision
+        )
+        return Send(conn.id, frame)
+
+    def _approval(self, conn: _Conn, answer: frames.Approval) -> list[Effect]:
+        def refuse(reason: str, message: str) -> list[Effect]:
+            claimed = {
+                "approval_id": answer.id,
+                "claimed_task_id": answer.task_id,
+                "claimed_tab_id": answer.tab_id,
+                "claimed_revision": answer.revision,
+            }
+            return self._refuse(
+                conn, reason, message, frame_type="approval", details=claimed, request_id=answer.id
+            )
+
+        if answer.id not in self._approvals:
+            return refuse("unknown_approval", "no approval with this id waits in this tab")
+        if answer.task_id != self.task_id:
+            return refuse("wrong_task", "the answer names another task")
+        if answer.tab_id != conn.tab_id:
+            return refuse("wrong_tab", "the answer names another tab")
+        if answer.revision != self._shown_at.get(answer.id):
+            return refuse("stale_revision", "the answer names another showing of the approval")
+        if not self._approvals[answer.id].get("answerable"):
+            return refuse("not_answerable", "this approval is not answered in this tab")
+        return [Answer(conn.id, answer.id, answer.decision, answer.scope, answer.nonce)]
 
     # -- UI action requests -----------------------------------------------------------
 
@@ -390,6 +463,8 @@ class TabChannel:
         if isinstance(frame, frames.Cancel):
             # A cancel for a call that already finished is a benign race: nothing to do.
             return [CancelCall(current.id, frame.id)] if frame.id in current.calls else []
+        if isinstance(frame, frames.Approval):
+            return self._approval(current, frame)
         if isinstance(frame, frames.Pong):
             current.ping_at = None
             current.next_ping = now + self.limits.heartbeat_s

@@ -25,11 +25,13 @@ def install(gw: Gateway) -> list[BaseRoute]:
         views=views,
         config=gw.services.find(TabConfig),
         log=gw.task_log.publish,
+        desk=gw.approvals,
     )
     gw.services.provide(TabHub, hub)
     register_ui_tools(gw.registry)
     gw.registry.on_change(hub.catalog_changed)
     gw.tasks.on_end(hub.task_ended)
+    gw.approvals.on_change(lambda request: hub.approval_changed(request.task_id, request.shown()))
     gw.add_part("tab channels", start=hub.start, stop=hub.stop)
     gw.task_probes["tab"] = hub.describe
     return [

@@ -80,12 +80,36 @@ class Pong(_Frame):
     type: Literal["pong"]
 
 
+class Approval(_Frame):
+    """A person's answer to an `approval_request`, from the element the shim owns, bound to
+    the request as it was shown (task, tab, revision, id) and its one-time nonce."""
+
+    type: Literal["approval"]
+    id: FrameId
+    task_id: Annotated[str, StringConstraints(max_length=128)]
+    tab_id: Annotated[str, StringConstraints(max_length=128)]
+    revision: Revision
+    nonce: Annotated[str, StringConstraints(min_length=1, max_length=128)]
+    decision: Literal["approve", "deny"]
+    scope: Literal["call", "task"] = "call"
+
+
 IncomingFrame = Annotated[
-    Reply | State | ToolCall | Cancel | Pong | Hello, Field(discriminator="type")
+    Reply | State | ToolCall | Cancel | Pong | Approval | Hello, Field(discriminator="type")
 ]
-INCOMING_TYPES = ("hello", "reply", "state", "tool_call", "cancel", "pong")
+INCOMING_TYPES = ("hello", "reply", "state", "tool_call", "cancel", "pong", "approval")
 # The frames this module builds below, one function each.
-OUTGOING_TYPES = ("welcome", "request", "cancel", "tool_result", "error", "bye", "ping")
+OUTGOING_TYPES = (
+    "welcome",
+    "request",
+    "cancel",
+    "tool_result",
+    "error",
+    "bye",
+    "ping",
+    "approval_request",
+    "approval_closed",
+)
 
 
 def welcome(
@@ -143,3 +167,21 @@ def bye(reason: str) -> dict[str, Any]:
 
 def ping() -> dict[str, Any]:
     return {"type": "ping"}
+
+
+def approval_request(
+    shown: dict[str, Any], task_id: str, tab_id: str, revision: int
+) -> dict[str, Any]:
+    """An approval for the shim to show. `shown` has `id`, `tool`, `summary`, `details`,
+    `by`, `answerable`, `expires_at`, and `nonce` only when this tab may answer it."""
+    return {
+        **shown,
+        "type": "approval_request",
+        "task_id": task_id,
+        "tab_id": tab_id,
+        "revision": revision,
+    }
+
+
+def approval_closed(approval_id: str, status: str) -> dict[str, Any]:
+    return {"type": "approval_closed", "id": approval_id, "status": status}

@@ -28,13 +28,15 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Counter, Gauge
 from pydantic import BaseModel, ValidationError
 
+from gateway.errors import GatewayError
 from gateway.identity import TaskIdentity
-from gateway.ports import CallRunner, Catalog, EventRecorder
+from gateway.ports import ApprovalDesk, CallRunner, Catalog, EventRecorder
 from gateway.results import Door, ErrorCode, ToolStatus
 from gateway.store.database import new_id
 from gateway.tabs import frames
 from gateway.tabs.actions import UIAction, build_action
 from gateway.tabs.channel import (
+    Answer,
     CancelCall,
     ChannelLimits,
     Close,
@@ -129,8 +131,10 @@ class TabHub:
         views: Views,
         config: TabConfig | None = None,
         log: Callable[[str, Level, str, dict[str, Any]], None] | None = None,
+        desk: ApprovalDesk | None = None,
     ) -> None:
         self.calls = calls
+        self.desk = desk
         self._log = log
         self.catalog = catalog
         self.events = events
@@ -213,6 +217,15 @@ class TabHub:
             counter = self._request_counters[key] = self.requests.labels(*key)
         counter.inc()
         return outcome
+
+    def approval_changed(self, task_id: str, shown: dict[str, Any]) -> None:
+        """An approval of the task was made (show it in the tab) or closed (take it away)."""
+        channel = self._channel(task_id)
+        if shown["status"] == "pending":
+            self._apply(channel, channel.show_approval(shown))
+        else:
+            self._apply(channel, channel.close_approval(shown["id"], shown["status"]))
+            self._forget_if_idle(channel)
 
     def connected_task_ids(self) -> set[str]:
         """Tasks with a tab connected, or a request still pending."""
@@ -318,7 +331,12 @@ class TabHub:
     def _forget_if_idle(self, channel: TabChannel) -> None:
         # An idle live channel costs nothing to rebuild. An ended one is kept for a while
         # (`ENDED_KEEP_S`) so a hello racing the end still gets 4002; then it is pruned.
-        if channel.ended is None and channel.conn_id is None and not channel.pending_ids():
+        if (
+            channel.ended is None
+            and channel.conn_id is None
+            and not channel.pending_ids()
+            and not channel.approvals_shown()
+        ):
             self._channels.pop(channel.task_id, None)
 
     def _prune_ended(self) -> None:
@@ -381,6 +399,8 @@ class TabHub:
                 self._rejected(effect)
             elif isinstance(effect, StartCall):
                 self._start_call(channel, effect)
+            elif isinstance(effect, Answer):
+                self._answer(effect)
             elif isinstance(effect, CancelCall):
                 link = self._links.get(effect.conn)
                 event = link.calls.get(effect.call_id) if link is not None else None
@@ -400,6 +420,38 @@ class TabHub:
             **effect.details,
         }
         self.events.repeated(link.identity, "tab.frame_rejected", data)
+
+    def _answer(self, effect: Answer) -> None:
+        link = self._links.get(effect.conn)
+        if link is None or self.desk is None:
+            return
+        desk = self.desk
+
+        async def answer() -> None:
+            try:
+                await desk.answer(
+                    link.identity,
+                    effect.approval_id,
+                    decision=effect.decision,
+                    scope=effect.scope,
+                    channel="tab",
+                    nonce=effect.nonce,
+                )
+            except GatewayError as exc:
+                self.rejected.labels("approval_refused").inc()
+                await self.events.record(
+                    link.identity,
+                    "tab.approval_refused",
+                    {
+                        "approval_id": effect.approval_id,
+                        "code": exc.code,
+                        "message": exc.message,
+                        "connection": effect.conn,
+                    },
+                )
+                link.push(frames.error(str(exc.code), exc.message, id=effect.approval_id))
+
+        self._spawn(answer())
 
     def _start_call(self, channel: TabChannel, effect: StartCall) -> None:
         link = self._links.get(effect.conn)

@@ -20,7 +20,7 @@ from starlette.routing import BaseRoute, Route
 from gateway.origins import origin_allowed
 
 TS_TYPE = "application/typescript; charset=utf-8"
-SHIM_NAMES = ("webmcp.js", "webmcp.d.ts", "tab-rules.js", "tab-rules.d.ts")
+SHIM_NAMES = ("webmcp.js", "webmcp.d.ts", "tab-rules.js", "tab-rules.d.ts", "approval.js")
 
 
 @lru_cache(maxsize=4)

@@ -29,6 +29,7 @@ def leaks(gw: Gateway, ended: set[str] | None = None) -> list[Leaked]:
 
     found: list[Leaked] = []
     done = ended if ended is not None else gw.tasks.ended_ids()
+    found += [Leaked("approval", t) for t in gw.approvals.task_ids() if t in done]
     pool = gw.services.find(BrowserPool)
     if pool is not None:
         found += [Leaked("browser context", t) for t in pool.task_ids() if t in done]

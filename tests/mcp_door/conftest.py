@@ -142,12 +142,17 @@ class DoorLive:
         return f"{self.live.base_url}/v1/mcp"
 
     @contextlib.asynccontextmanager
-    async def client(self, token: str, *, mode: str = "auto") -> AsyncIterator[Client]:
-        """The official SDK client; `auto` speaks the 2026 protocol, `legacy` the handshake."""
+    async def client(
+        self, token: str, *, mode: str = "auto", **options: Any
+    ) -> AsyncIterator[Client]:
+        """The official SDK client; `auto` speaks the 2026 protocol, `legacy` the handshake.
+        `options` go to the SDK's `Client` (an `elicitation_callback`...)."""
         headers = {"authorization": f"Bearer {token}"}
         async with (
             httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(30.0)) as http,
-            Client(streamable_http_client(self.url, http_client=http), mode=mode) as client,
+            Client(
+                streamable_http_client(self.url, http_client=http), mode=mode, **options
+            ) as client,
         ):
             yield client
 

@@ -1,0 +1,12 @@
+"""Asking a person: when a call exceeds its task's grant, or the product requires it.
+
+A task's control plane lists, at creation, what always needs a person (`required`) and
+what a person may grant beyond the task's scopes (`grantable`, by the task's own user or by
+the control plane only). A call to one of those becomes an approval request instead of
+running or being denied; anything else outside the grant stays denied, with no prompt.
+A person answers through a channel the agent cannot reach: the dashboard tab (an element
+the shim owns), the control plane's endpoint, or the agent's client by MCP elicitation.
+
+`policy.py` is the task's policy (captured with its identity, so it imports nothing of the
+gateway); `broker.py` stores, delivers and awaits the requests.
+"""

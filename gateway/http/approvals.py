@@ -1,0 +1,75 @@
+"""`/v1/tasks/{id}/approvals`: what a task waits for a person to decide, and the control
+plane's answer (for hosts whose backend decides after its own user check)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, StringConstraints
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import BaseRoute, Route
+
+from gateway.approvals.broker import Decision
+from gateway.http.edge import Access, parse_body, read_json
+from gateway.identity import Name
+from gateway.runtime import Gateway
+
+
+class Approver(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    id: Name
+    role: Name
+
+
+class ControlDecision(BaseModel):
+    """The body of `POST /v1/tasks/{id}/approvals/{approval_id}`."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    decision: Literal["approve", "deny"]
+    scope: Literal["call", "task"] = "call"
+    approver: Approver
+    message: Annotated[str, StringConstraints(max_length=1000)] | None = None
+
+
+def routes(gw: Gateway) -> list[BaseRoute]:
+    access = Access(lambda: gw.settings.control_key, gw.tasks)
+
+    async def listing(request: Request) -> Response:
+        task_id = request.path_params["task_id"]
+        await access.task_member(request, task_id)
+        await gw.tasks.get(task_id)
+        return JSONResponse(
+            {
+                "task_id": task_id,
+                "approvals": await gw.approvals.listing(task_id),
+                "grants": await gw.approvals.grants(task_id),
+            }
+        )
+
+    async def decide(request: Request) -> Response:
+        access.require_control(request)
+        task_id = request.path_params["task_id"]
+        record = await gw.tasks.get(task_id)
+        body = await read_json(request, gw.settings.max_body_bytes)
+        answer = parse_body(ControlDecision, body, "the decision is invalid")
+        decided = await gw.approvals.decide(
+            record.identity,
+            request.path_params["approval_id"],
+            Decision(
+                answer.decision,
+                answer.scope,
+                answer.approver.id,
+                answer.approver.role,
+                "control",
+                answer.message,
+            ),
+        )
+        return JSONResponse(decided.public())
+
+    return [
+        Route("/v1/tasks/{task_id}/approvals", listing, methods=["GET"]),
+        Route("/v1/tasks/{task_id}/approvals/{approval_id}", decide, methods=["POST"]),
+    ]
