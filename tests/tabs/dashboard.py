@@ -80,7 +80,8 @@ window.start = async (options) => {
   const session = await connectGateway({ ...options, actions, view: () => window.current });
   window.session = session;
   for (const type of ["welcome", "request", "applied", "cancel", "stale", "refused", "error",
-                      "toolerror", "bye", "disconnect", "closed"]) {
+                      "toolerror", "bye", "disconnect", "closed", "approval", "approval_closed",
+                      "approval_refused"]) {
     session.addEventListener(type, (event) => window.events.push({ ...event.detail, type }));
   }
   const tools = session.tools.map((t) => t.name);
