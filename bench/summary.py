@@ -22,7 +22,18 @@ from bench.report import RESULTS, write
 
 # Which column holds an area's ratio against its same-run baseline, first match wins.
 # The areas of `make bench`, in the order they run.
-ORDER = ["core", "tabs", "webmcp", "browser", "mcp", "bridge", "example", "characters", "peer"]
+ORDER = [
+    "core",
+    "tabs",
+    "approvals",
+    "webmcp",
+    "browser",
+    "mcp",
+    "bridge",
+    "example",
+    "characters",
+    "peer",
+]
 RATIO_KEYS = (
     "ratio p50",
     "vs_raw_p50",
@@ -35,6 +46,7 @@ UNITS = {"ms": 1.0, "µs": 1e-3, "s": 1e3}
 BASELINES = {
     "core": "the handler called directly",
     "tabs": "a raw websocket echo",
+    "approvals": "a ui.* tool call, one tab round trip",
     "webmcp": "a bare websocket echo behind a WebMCP tool of the same page",
     "browser": "raw Playwright, same Chromium",
     "mcp": "the bare MCP SDK server",

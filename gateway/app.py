@@ -12,7 +12,7 @@ from starlette.routing import BaseRoute
 from gateway.bridge import install as bridge
 from gateway.browser import install as browser
 from gateway.errors import GatewayError
-from gateway.http import approvals, health, tasks
+from gateway.http import health, tasks
 from gateway.http.edge import gateway_error_handler
 from gateway.http.hosts import HostGuard, HostPolicy
 from gateway.http.no_store import NoStore
@@ -26,7 +26,7 @@ Extension = Callable[[Gateway], Sequence[BaseRoute]]
 
 def default_extensions() -> list[Extension]:
     """The adapters a full gateway installs, in order (the core routes come first)."""
-    return [health.routes, tasks.routes, approvals.routes, tabs, browser, bridge, mcp_door]
+    return [health.routes, tasks.routes, tabs, browser, bridge, mcp_door]
 
 
 def build_app(

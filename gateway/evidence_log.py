@@ -170,6 +170,15 @@ class EventLog:
     # -- writing ----------------------------------------------------------------------
 
     async def _write(self, identity: TaskIdentity, kind: str, data: dict[str, Any]) -> str:
+        record_id, row = self.row(identity, kind, data)
+        await self.store.commit([row])
+        return record_id
+
+    def row(
+        self, identity: TaskIdentity, kind: str, data: Mapping[str, Any]
+    ) -> tuple[str, tuple[Any, dict[str, Any]]]:
+        """An event record as a row, for a caller that commits it with its own change (an
+        approval and its decision). Outside the quota: such events are never dropped."""
         record_id = new_id("evt")
         record = {
             "event_id": record_id,
@@ -178,20 +187,16 @@ class EventLog:
             "org_id": identity.org_id,
             "actor": identity.actor.id,
             "at": self._clock(),
-            "data": data,
+            "data": dict(data),
         }
-        await self.store.commit(
-            [
-                self.store.evidence_row(
-                    record_id=record_id,
-                    task_id=identity.task_id,
-                    org_id=identity.org_id,
-                    kind=kind,
-                    record=self.redactor.value(record),
-                )
-            ]
+        row = self.store.evidence_row(
+            record_id=record_id,
+            task_id=identity.task_id,
+            org_id=identity.org_id,
+            kind=kind,
+            record=self.redactor.value(record),
         )
-        return record_id
+        return record_id, row
 
     def _spawn(self, coro: Awaitable[Any]) -> None:
         future = asyncio.ensure_future(coro)

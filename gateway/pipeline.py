@@ -329,8 +329,10 @@ class Pipeline:
         """Wait for a person, unless one already granted this tool for the whole task."""
         assert self.approvals is not None
         assert call.context is not None
-        if await self.approvals.granted(call.identity.task_id, tool.name):
-            call.context.evidence["approval"] = {"granted_for_task": True}
+        grant = await self.approvals.grant(call.identity.task_id, tool.name)
+        if grant is not None:
+            call.context.evidence["approval"] = {"granted_for_task": grant["approval_id"]}
+            call.context.approved_by = dict(grant["by"])
             return
         summary = (
             tool.approval_summary(call.input)
@@ -351,6 +353,8 @@ class Pipeline:
             elicit=asking.elicit,
         )
         call.context.evidence["approval"] = {"approval_id": request.id}
+        if request.decision is not None:
+            call.context.approved_by = request.decision.public()["approver"]
 
     def _asker(
         self, call: _Call, asking: _Asking

@@ -118,6 +118,10 @@ def _may_hold_secret(value: str) -> bool:
     )
 
 
+CLEAN_MAX_CHARS = 96
+CLEAN_MAX_ENTRIES = 8192
+
+
 class Redactor:
     """Redacts known secret values and secret-shaped text; built once per gateway."""
 
@@ -129,13 +133,30 @@ class Redactor:
             }
         # Longest first so a secret containing another is removed whole.
         self._secrets = sorted(values, key=len, reverse=True)
+        # Short strings found clean, remembered: a record's keys and most of its values
+        # (ids, statuses, names) repeat from record to record. Nothing that held a secret is
+        # kept here, and a new secret empties it.
+        self._clean: set[str] = set()
 
     def add_secret(self, value: str) -> None:
         if value and len(value) >= 4 and value not in self._secrets:
             self._secrets.append(value)
             self._secrets.sort(key=len, reverse=True)
+            self._clean.clear()
 
     def text(self, value: str) -> str:
+        if len(value) > CLEAN_MAX_CHARS:
+            return self._text(value)
+        if value in self._clean:
+            return value
+        out = self._text(value)
+        if out == value:
+            if len(self._clean) >= CLEAN_MAX_ENTRIES:
+                self._clean.clear()
+            self._clean.add(value)
+        return out
+
+    def _text(self, value: str) -> str:
         for secret in self._secrets:
             if secret in value:
                 value = value.replace(secret, REDACTED)

@@ -82,6 +82,9 @@ class ToolContext:
     secrets: set[str] = field(default_factory=set)
     # Set by the pipeline: how this call asks a person (None where no one can be asked).
     asker: Asker | None = None
+    # Who approved this call, when a person had to (`{"id", "role"}`), so a product can act
+    # on the approver's authority (an admin approving a member's save); None otherwise.
+    approved_by: dict[str, str] | None = None
 
     def secret(self, input_field: str) -> None:
         """Keep this input field's value out of the call's evidence (a password, a key)."""

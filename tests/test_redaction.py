@@ -204,3 +204,18 @@ def test_secret_keys_in_json_text_lose_their_values(text: str) -> None:
 def test_json_text_keeps_its_shape_when_a_value_is_removed() -> None:
     out = redactor.text('{"password": "hunter2-xyz", "user": "ada"}')
     assert json.loads(out) == {"password": "[redacted]", "user": "ada"}
+
+
+def test_a_string_remembered_clean_is_redacted_once_it_becomes_a_secret() -> None:
+    redactor = Redactor([], include_env=False)
+    assert redactor.text("hunter2-value") == "hunter2-value"  # clean, remembered
+    redactor.add_secret("hunter2-value")
+    assert "hunter2-value" not in redactor.text("hunter2-value")
+
+
+def test_a_short_secret_shaped_string_is_never_remembered_as_clean() -> None:
+    redactor = Redactor([], include_env=False)
+    token = "ghp_" + "a1B2c3D4e5F6g7H8i9J0k1L2m3N4o5P6q7R8"
+    for _ in range(3):
+        assert token not in redactor.text(token)
+    assert token not in redactor._clean

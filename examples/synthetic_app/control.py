@@ -22,6 +22,17 @@ from examples.synthetic_app.directory import User
 # What a task of the dashboard may do: its own product tools, the tab's UI actions and the
 # task browser. Saving a draft additionally needs the admin role (the tool says so).
 TASK_SCOPES = ("agents:read", "agents:write", "evals:read", "evals:run", "ui", "browser")
+# Saving a draft is left out of every task's grant: a person approves each save. An admin's
+# own assistant asks the admin in the panel; a member's goes to an admin, on the admin page
+# (the member's role cannot save, so only the control plane may grant it).
+SAVE_TOOL = "agents.save_draft"
+TASK_TOOLS = (
+    "dashboard.read_view",
+    "agents.prepare_draft",
+    "evals.*",
+    "ui.*",
+    "browser.*",
+)
 TASK_TTL_S = 900
 # A task this close to its end is replaced rather than handed out again.
 RENEW_MARGIN_S = 60
@@ -120,6 +131,45 @@ class ControlPlane:
         ]
         return max(live, key=lambda task: task.created, default=None)
 
+    def tasks_of_org(self, org_id: str) -> list[AssistantTask]:
+        return [
+            task
+            for tabs in self._by_session.values()
+            for task in tabs.values()
+            if task.org_id == org_id
+        ]
+
+    async def pending_approvals(self, org_id: str) -> list[dict[str, Any]]:
+        """What the organization's assistant tasks wait for someone to decide."""
+        found: list[dict[str, Any]] = []
+        async with self._client() as client:
+            for task in self.tasks_of_org(org_id):
+                response = await client.get(f"/v1/tasks/{task.task_id}/approvals")
+                if response.status_code != 200:
+                    continue
+                for approval in response.json()["approvals"]:
+                    if approval["status"] == "pending":
+                        found.append({**approval, "user_id": task.user_id})
+        return found
+
+    async def decide(
+        self, org_id: str, task_id: str, approval_id: str, decision: str, approver: User
+    ) -> dict[str, Any]:
+        """An admin's decision, after the dashboard's own check that the task is one of
+        their organization's."""
+        if not any(task.task_id == task_id for task in self.tasks_of_org(org_id)):
+            raise ControlPlaneError("no such task in this organization")
+        body = {"decision": decision, "approver": {"id": approver.id, "role": approver.role}}
+        async with self._client() as client:
+            response = await client.post(f"/v1/tasks/{task_id}/approvals/{approval_id}", json=body)
+        if response.status_code != 200:
+            raise ControlPlaneError(
+                f"the gateway refused the decision ({response.status_code}): "
+                f"{response.json().get('error', {}).get('message', '')}"
+            )
+        answer: dict[str, Any] = response.json()
+        return answer
+
     async def end_session(self, session_id: str) -> None:
         for task in self._by_session.pop(session_id, {}).values():
             await self._end(task.task_id)
@@ -138,6 +188,13 @@ class ControlPlane:
                 "allowed_origins": [],
             },
             "scopes": list(TASK_SCOPES),
+            "allowed_tools": list(TASK_TOOLS),
+            "approvals": {
+                "grantable": [
+                    {"tool": SAVE_TOOL, "by": "actor" if user.role == "admin" else "control"}
+                ],
+                "channels": ["tab", "control"],
+            },
             "ttl_s": TASK_TTL_S,
         }
         try:

@@ -52,7 +52,11 @@ def layout(
   <nav aria-label="Sections">
     <a href="/agents" data-nav>Agents</a>
     <a href="/suites" data-nav>Suites</a>
-    <a href="/runs" data-nav>Runs</a>
+    <a href="/runs" data-nav>Runs</a>{
+            '<a href="/admin/approvals" data-testid="admin-approvals">Approvals</a>'
+            if user.role == "admin"
+            else ""
+        }
   </nav>
   <div class="who" data-testid="who">
     <span data-testid="user-name">{esc(user.name)}</span>
@@ -108,6 +112,7 @@ ASSISTANT_PANEL = """
     <p class="proposal-summary"></p>
     <pre class="proposal-diff"></pre>
   </section>
+  <section class="approvals" id="assistant-approvals" data-testid="assistant-approvals"></section>
   <section class="progress" data-testid="assistant-progress"></section>
   <h3>Actions</h3>
   <ol class="log" data-testid="assistant-log"></ol>
@@ -344,6 +349,28 @@ def report_page(chrome: Chrome, report: Mapping[str, Any]) -> str:
         selection={"run_id": run["run_id"], "report_id": report["report_id"]},
         body=body,
     )
+
+
+def approvals_page(chrome: Chrome, pending: Sequence[Mapping[str, Any]]) -> str:
+    """The admin page: what the organization's assistants wait for an admin to decide."""
+    rows = "\n".join(
+        f"""<tr data-approval-id="{esc(a["approval_id"])}">
+  <td>{esc(a["user_id"])}</td><td><code>{esc(a["tool"])}</code></td>
+  <td>{esc(a["summary"])}</td>
+  <td><form method="post" action="/admin/approvals/{esc(a["task_id"])}/{esc(a["approval_id"])}">
+    <button name="decision" value="approve"
+            data-testid="approve-{esc(a["approval_id"])}">Approve</button>
+    <button name="decision" value="deny" data-testid="deny-{esc(a["approval_id"])}">Deny</button>
+  </form></td>
+</tr>"""
+        for a in pending
+    )
+    empty = "" if pending else '<p data-testid="no-approvals">Nothing waits for a decision.</p>'
+    body = f"""<h1>Approvals</h1>
+<p>What your organization's assistants asked an admin to approve.</p>{empty}
+<table data-testid="approvals"><thead><tr><th>Asked for</th><th>Tool</th><th>What</th>
+<th>Decision</th></tr></thead><tbody>{rows}</tbody></table>"""
+    return layout(chrome, view="approvals", params={}, body=body, title="Approvals")
 
 
 def error_page(chrome: Chrome, status: int, message: str) -> str:

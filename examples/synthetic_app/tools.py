@@ -37,6 +37,8 @@ from gateway.tabs import TabHub, TabOutcome, Views
 TAB_TIMEOUT_S = 20.0
 TOOL_TIMEOUT_S = 30.0
 
+# A run whose token budget over all its scenarios is above this asks the user first.
+RUN_APPROVAL_TOKENS = 20_000
 TOOL_NAMES = (
     "dashboard.read_view",
     "agents.prepare_draft",
@@ -169,6 +171,12 @@ def install_product_tools(gw: Gateway, app: SyntheticApp) -> list[Tool]:
             "available_actions": {
                 "ui": seen.get("available_actions", []),
                 "tools": [name for name in TOOL_NAMES if name in mine],
+                # Callable once a person approves (the call itself asks).
+                "need_approval": [
+                    t.name
+                    for t in gw.registry
+                    if t.name in mine and t.approval(ctx.identity) is not None
+                ],
             },
         }
 
@@ -210,7 +218,14 @@ def install_product_tools(gw: Gateway, app: SyntheticApp) -> list[Tool]:
         }
 
     async def save_draft(ctx: ToolContext, args: SaveDraftInput) -> dict[str, Any]:
-        saved = await app.store.save_draft(_who(ctx), args.agent_id)
+        w = _who(ctx)
+        approver = ctx.approved_by
+        if not w.is_admin and approver is not None and approver.get("role") == "admin":
+            # An admin of the organization approved this member's save: it is saved on the
+            # admin's authority (`who` refuses anyone outside the organization).
+            w = who(w.org_id, approver["id"])
+            ctx.evidence["saved_as"] = approver["id"]
+        saved = await app.store.save_draft(w, args.agent_id)
         ctx.evidence["version_id"] = saved["version_id"]
         # The version is persisted whatever the tab does; reloading the builder is a courtesy.
         outcome = await _send(
@@ -219,7 +234,22 @@ def install_product_tools(gw: Gateway, app: SyntheticApp) -> list[Tool]:
         return {**saved, "builder": _tab_note(outcome)}
 
     async def start_run(ctx: ToolContext, args: RunRequest) -> dict[str, Any]:
-        run = await app.start_run(_who(ctx), args)
+        w = _who(ctx)
+        scenarios = (
+            len(args.scenario_ids)
+            if args.scenario_ids
+            else len((await app.store.get_suite(w, args.suite_id))["scenarios"])
+        )
+        estimate = scenarios * args.budget.max_tokens
+        if estimate > RUN_APPROVAL_TOKENS:
+            # The product's own rule: a run this expensive needs the user's yes, whatever
+            # the task's grant says.
+            await ctx.request_approval(
+                f"Start an evaluation of {args.agent_id} on {scenarios} scenarios of "
+                f"{args.suite_id}, up to {estimate} tokens.",
+                {"estimated_tokens": estimate, "threshold": RUN_APPROVAL_TOKENS},
+            )
+        run = await app.start_run(w, args)
         ctx.evidence["run_id"] = run["run_id"]
         outcome = await _send(ctx, "show_run_progress", {"run_id": run["run_id"]})
         return {

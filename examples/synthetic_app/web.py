@@ -320,6 +320,37 @@ def build_web(app: SyntheticApp) -> Starlette:
             headers={"Cache-Control": "no-store"},
         )
 
+    # -- the admin's approvals -----------------------------------------------------------
+
+    def admin_control(signed: SignedIn) -> ControlPlane:
+        if app.control is None:
+            raise NotFound("this instance has no assistant")
+        if signed.user.role != "admin":
+            raise Forbidden("only an admin decides approvals")
+        return app.control
+
+    async def approvals(request: Request, signed: SignedIn) -> Response:
+        control = admin_control(signed)
+        pending = await control.pending_approvals(signed.user.org_id)
+        return html(pages.approvals_page(app.chrome(signed), pending))
+
+    async def decide(request: Request, signed: SignedIn) -> Response:
+        control = admin_control(signed)
+        decision = first(await form(request), "decision")
+        if decision not in ("approve", "deny"):
+            raise InvalidInput("decision is approve or deny")
+        try:
+            await control.decide(
+                signed.user.org_id,
+                request.path_params["task_id"],
+                request.path_params["approval_id"],
+                decision,
+                signed.user,
+            )
+        except ControlPlaneError as exc:
+            raise InvalidInput(str(exc)) from None
+        return RedirectResponse("/admin/approvals", status_code=303)
+
     async def healthz(request: Request) -> Response:
         return JSONResponse({"status": "ok", "instance": app.config.instance})
 
@@ -360,6 +391,8 @@ def build_web(app: SyntheticApp) -> Starlette:
         Route("/reports/{run_id}", page(report)),
         Route("/api/runs/{run_id}", page(api_run)),
         Route("/api/assistant/session", page(api_assistant), methods=["POST"]),
+        Route("/admin/approvals", page(approvals), methods=["GET"]),
+        Route("/admin/approvals/{task_id}/{approval_id}", page(decide), methods=["POST"]),
         Mount("/static", StaticFiles(directory=STATIC), name="static"),
     ]
     web = Starlette(routes=routes, lifespan=lifespan, exception_handlers={GatewayError: on_error})

@@ -9,6 +9,7 @@ store, and records whether the operation's observable result is really there. Us
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import time
@@ -16,6 +17,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
+from examples.synthetic_app.control import SAVE_TOOL
 from examples.synthetic_app.serve import ExampleStack
 from examples.synthetic_app.store import Who, who
 from gateway.registry import exposed_name
@@ -136,7 +138,14 @@ async def run_workflow(
         check: Callable[[dict[str, Any]], Awaitable[str]],
     ) -> bool:
         started = time.perf_counter()
-        result = await door.call(tool, data)
+        if tool == SAVE_TOOL:
+            # Every save waits for a person (the dashboard's task policy): the user answers
+            # while the agent's call waits.
+            result, state["approved_by"] = await asyncio.gather(
+                door.call(tool, data), approve_as_person(page, stack, door)
+            )
+        else:
+            result = await door.call(tool, data)
         status = str(result.get("status", "?"))
         try:
             expect(status == "succeeded", f"{tool} ended {status}: {result.get('error')}")
@@ -180,7 +189,12 @@ async def run_workflow(
         expect(agent["current_version"]["id"] == version_id, "the version is persisted")
         expect(agent["draft"] is None, "the draft became the version")
         state["version_id"] = version_id
-        return f"{agent_id} v{out['version']} saved as {version_id}; builder refreshed"
+        [approval] = await stack.gateway.approvals.listing(task.task_id)
+        expect(approval["status"] == "approved", "the save was approved before it ran")
+        return (
+            f"{agent_id} v{out['version']} saved as {version_id} once approved "
+            f"{state['approved_by']}; builder refreshed"
+        )
 
     async def start(out: dict[str, Any]) -> str:
         expect(out["state"] == "queued", "a new run is queued, not passed")
@@ -261,6 +275,36 @@ async def run_workflow(
         if not await step(operation, tool, data, check):
             break
     return steps
+
+
+async def approve_as_person(page: Any, stack: ExampleStack, door: Door) -> str:
+    """What the signed-in person does when the assistant asks to save: approve it in the
+    panel with a key press, or, for a call the page's own WebMCP made (which that tab may
+    not approve), on the admin page. Returns where it was approved."""
+    if door.name != "webmcp":
+        host = "#assistant-approvals [data-gateway-approval]"
+        await page.wait_for_selector(host, timeout=10_000)
+        # Focus lands on Deny; Tab moves to "Approve once".
+        await page.focus(host)
+        await page.keyboard.press("Tab")
+        await page.keyboard.press("Enter")
+        return "in the assistant panel"
+    # The same person, signed in, in a second window of the same browser.
+    session = await page.context.storage_state()
+    window = await page.context.browser.new_context(storage_state=session)
+    admin = await window.new_page()
+    try:
+        for _ in range(50):
+            await admin.goto(f"{stack.dashboard_url}/admin/approvals")
+            button = admin.locator('[data-testid^="approve-"]')
+            if await button.count():
+                await button.first.click()
+                await admin.wait_for_load_state()
+                return "on the admin page"
+            await asyncio.sleep(0.2)
+        raise Missed("no approval reached the admin page")
+    finally:
+        await window.close()
 
 
 def table(steps: list[Step]) -> str:

@@ -24,8 +24,9 @@ from typing import Any, Literal
 
 from gateway.approvals.policy import ApprovalPolicy, Approver, Channel, Need
 from gateway.errors import GatewayError, InvalidInput, NotFound, ToolFailure
+from gateway.evidence_log import EventLog
 from gateway.identity import TaskIdentity
-from gateway.ports import Elicit, EventRecorder
+from gateway.ports import Elicit
 from gateway.registry import ProgressFn
 from gateway.results import Door, ErrorCode, ToolStatus
 from gateway.store.database import Store, new_id
@@ -145,12 +146,16 @@ Listener = Callable[[ApprovalRequest], None]
 
 class Approvals:
     def __init__(
-        self, store: Store, events: EventRecorder, *, clock: Callable[[], float] = time.time
+        self, store: Store, events: EventLog, *, clock: Callable[[], float] = time.time
     ) -> None:
         self.store = store
         self.events = events
         self._clock = clock
         self._pending: dict[str, ApprovalRequest] = {}
+        # The request's row and its evidence, being committed while the request is already
+        # on its way to the person.
+        self._stored: dict[str, asyncio.Future[None]] = {}
+        self._identities: dict[str, TaskIdentity] = {}
         self._waiters: dict[str, asyncio.Future[ApprovalRequest]] = {}
         self._grants: dict[str, dict[str, dict[str, Any]]] = {}
         self._listeners: list[Listener] = []
@@ -176,11 +181,12 @@ class Approvals:
 
     # -- grants for the task ----------------------------------------------------------
 
-    async def granted(self, task_id: str, tool: str) -> bool:
+    async def grant(self, task_id: str, tool: str) -> dict[str, Any] | None:
+        """What a person granted for the rest of the task for this tool, if anything."""
         grants = self._grants.get(task_id)
         if grants is None:
             grants = self._grants[task_id] = await self.store.task_grants(task_id)
-        return tool in grants
+        return grants.get(tool)
 
     async def grants(self, task_id: str) -> dict[str, dict[str, Any]]:
         cached = self._grants.get(task_id)
@@ -222,14 +228,26 @@ class Approvals:
             expires_at=now + policy.timeout_s,
             reason=need.reason,
         )
-        await self.store.insert_approval(
-            {**request.public(), "org_id": request.org_id}, request.nonce
+        # Queued now, before anyone can answer: the store's writer keeps order, so any
+        # decision finds the row.
+        stored = self.store.enqueue_approval(
+            {**request.public(), "org_id": request.org_id},
+            request.nonce,
+            [self._row(identity, "approval.requested", request, {"reason": need.reason})],
         )
+        self._stored[request.id] = stored
+        self._identities[request.id] = identity
         self._pending[request.id] = request
         waiter: asyncio.Future[ApprovalRequest] = asyncio.get_running_loop().create_future()
         self._waiters[request.id] = waiter
-        await self._record(identity, "approval.requested", request, {"reason": need.reason})
+        # Shown first, stored meanwhile: the commit overlaps the way to the person.
         self._tell(request)
+        try:
+            await asyncio.shield(stored)
+        except BaseException:
+            self._forget(request.id)
+            self._tell_closed(request, "cancelled")
+            raise
         helpers = []
         if elicit is not None and "elicitation" in request.channels and request.by == "actor":
             helpers.append(asyncio.ensure_future(self._elicit(identity, request, elicit)))
@@ -238,9 +256,18 @@ class Approvals:
         finally:
             for helper in helpers:
                 helper.cancel()
-            self._waiters.pop(request.id, None)
-            self._pending.pop(request.id, None)
+            self._forget(request.id)
         return request
+
+    def _forget(self, approval_id: str) -> None:
+        self._waiters.pop(approval_id, None)
+        self._pending.pop(approval_id, None)
+        self._stored.pop(approval_id, None)
+        self._identities.pop(approval_id, None)
+
+    def _tell_closed(self, request: ApprovalRequest, status: Status) -> None:
+        request.status = status
+        self._tell(request)
 
     async def _wait(
         self,
@@ -327,11 +354,10 @@ class Approvals:
         self, identity: TaskIdentity, request: ApprovalRequest, status: Status
     ) -> bool:
         """End a request without a decision (expired, cancelled), if it is still pending."""
-        if not await self.store.settle_approval(request.id, status, None, self._clock()):
+        closed = self._row(identity, "approval.closed", request, {"status": status})
+        if not await self.store.settle_approval(request.id, status, None, self._clock(), [closed]):
             return False
-        request.status = status
-        await self._record(identity, "approval.closed", request, {})
-        self._tell(request)
+        self._tell_closed(request, status)
         return True
 
     # -- answering --------------------------------------------------------------------
@@ -393,21 +419,18 @@ class Approvals:
                 decision.message,
             )
         status: Status = "approved" if decision.decision == "approve" else "denied"
-        if not await self.store.settle_approval(
-            approval_id, status, decision.public(), self._clock()
-        ):
+        public = decision.public()
+        rows = [self._row(identity, "approval.decided", request, {**public, "status": status})]
+        grant = None
+        if status == "approved" and decision.scope == "task":
+            grant = {"approval_id": request.id, "by": public["approver"], "at": self._clock()}
+            rows.append(self.store.grant_row(task_id, request.tool, grant))
+        if not await self.store.settle_approval(approval_id, status, public, self._clock(), rows):
             raise ApprovalConflict("the approval is already decided")
         request.status, request.decision = status, decision
         request.nonce = ""  # spent
-        if status == "approved" and decision.scope == "task":
-            grant = {
-                "approval_id": request.id,
-                "by": decision.public()["approver"],
-                "at": self._clock(),
-            }
-            await self.store.insert_grant(task_id, request.tool, grant)
+        if grant is not None:
             self._grants.setdefault(task_id, {})[request.tool] = grant
-        await self._record(identity, "approval.decided", request, decision.public())
         self._tell(request)
         waiter = self._waiters.get(approval_id)
         if waiter is not None and not waiter.done():
@@ -445,9 +468,18 @@ class Approvals:
     async def task_ended(self, task_id: str, _reason: str) -> None:
         """Ending the task cancels its pending approvals."""
         for request in self.pending(task_id):
-            if await self.store.settle_approval(request.id, "cancelled", None, self._clock()):
-                request.status = "cancelled"
-                self._tell(request)
+            stored = self._stored.get(request.id)
+            if stored is not None:
+                with contextlib.suppress(Exception):
+                    await asyncio.shield(stored)
+            identity = self._identities.get(request.id)
+            rows = (
+                [self._row(identity, "approval.closed", request, {"status": "cancelled"})]
+                if identity is not None
+                else []
+            )
+            if await self.store.settle_approval(request.id, "cancelled", None, self._clock(), rows):
+                self._tell_closed(request, "cancelled")
                 waiter = self._waiters.get(request.id)
                 if waiter is not None and not waiter.done():
                     waiter.set_result(request)
@@ -456,10 +488,11 @@ class Approvals:
     async def listing(self, task_id: str) -> list[dict[str, Any]]:
         return await self.store.approvals_of(task_id)
 
-    async def _record(
+    def _row(
         self, identity: TaskIdentity, kind: str, request: ApprovalRequest, data: dict[str, Any]
-    ) -> None:
-        await self.events.record(
+    ) -> tuple[Any, dict[str, Any]]:
+        """Evidence of a request or its outcome, committed with the change it records."""
+        _, row = self.events.row(
             identity,
             kind,
             {
@@ -473,6 +506,7 @@ class Approvals:
                 **data,
             },
         )
+        return row
 
 
 def _text_only(summary: str) -> str:

@@ -1,4 +1,5 @@
-"""`/v1/tasks`: the control plane creates, inspects and ends tasks; agents read their own."""
+"""`/v1/tasks`: the control plane creates, inspects and ends tasks; agents read their own.
+A task's approvals (`/v1/tasks/{id}/approvals`) are served with it."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
 from gateway.errors import NotFound
+from gateway.http import approvals
 from gateway.http.edge import Access, bearer, parse_body, query_int, read_json
 from gateway.runtime import Gateway
 from gateway.tasks import TaskCreate
@@ -94,4 +96,5 @@ def routes(gw: Gateway) -> list[BaseRoute]:
         Route("/v1/tasks/{task_id}", end, methods=["DELETE"]),
         Route("/v1/tasks/{task_id}/evidence", evidence, methods=["GET"]),
         Route("/v1/artifacts/{artifact_id}", artifact, methods=["GET"]),
+        *approvals.routes(gw),
     ]

@@ -29,6 +29,7 @@ from typing import Any
 from sqlalchemy import (
     Connection,
     Table,
+    bindparam,
     create_engine,
     event,
     func,
@@ -86,6 +87,32 @@ class _Pending:
         self.loop.call_soon_threadsafe(_settle, self.done, error)
 
 
+@dataclass
+class _Guarded:
+    """One conditional change: `rows` are written only if `guard` (an UPDATE) changed
+    exactly one row, in one transaction; `done` answers whether it did."""
+
+    guard: Any  # an UPDATE with bind parameters, built once
+    params: dict[str, Any]
+    rows: list[tuple[Any, dict[str, Any]]]
+    done: asyncio.Future[bool]
+    loop: asyncio.AbstractEventLoop
+
+    def settle(self, changed: bool | None, error: BaseException | None = None) -> None:
+        self.loop.call_soon_threadsafe(_settle_guarded, self.done, changed, error)
+
+
+def _settle_guarded(
+    done: asyncio.Future[bool], changed: bool | None, error: BaseException | None
+) -> None:
+    if done.done():
+        return
+    if error is not None:
+        done.set_exception(error)
+    else:
+        done.set_result(bool(changed))
+
+
 def _settle(done: asyncio.Future[None], error: BaseException | None) -> None:
     if done.done():
         return
@@ -96,6 +123,21 @@ def _settle(done: asyncio.Future[None], error: BaseException | None) -> None:
 
 
 _STOP = object()
+
+# Decide an approval only while it is pending: the first answer changes the row, any later
+# one finds nothing to change.
+_SETTLE_APPROVAL = (
+    update(schema.approvals)
+    .where(
+        schema.approvals.c.id == bindparam("approval_id"),
+        schema.approvals.c.status == bindparam("pending"),
+    )
+    .values(
+        status=bindparam("new_status"),
+        decision=bindparam("new_decision"),
+        decided_at=bindparam("decided_at_"),
+    )
+)
 
 
 class _Writer:
@@ -108,12 +150,14 @@ class _Writer:
         self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._thread = threading.Thread(target=self._run, name="evidence-writer", daemon=True)
         self._compiled: dict[tuple[str, tuple[str, ...]], tuple[str, tuple[str, ...] | None]] = {}
+        # Guard statements are module constants: compiled once, keyed by identity.
+        self._guards: dict[int, tuple[str, tuple[str, ...] | None]] = {}
         self.batches = 0
 
     def start(self) -> None:
         self._thread.start()
 
-    def submit(self, item: _Pending) -> None:
+    def submit(self, item: _Pending | _Guarded) -> None:
         if not self._thread.is_alive():
             raise StorageError("the evidence writer is not running")
         self._queue.put(item)
@@ -131,10 +175,13 @@ class _Writer:
             stopping = False
             while not stopping:
                 batch: list[_Pending] = []
+                guarded: list[_Guarded] = []
                 item = self._queue.get()
                 while True:
                     if item is _STOP:
                         stopping = True
+                    elif isinstance(item, _Guarded):
+                        guarded.append(item)
                     else:
                         batch.append(item)
                     try:
@@ -143,6 +190,8 @@ class _Writer:
                         break
                 if batch:
                     self._commit(raw, batch)
+                for change in guarded:
+                    self._change(raw, change)
         finally:
             raw.close()
 
@@ -153,6 +202,37 @@ class _Writer:
             order = tuple(compiled.positiontup) if compiled.positiontup else None
             cached = self._compiled[(table.name, keys)] = (str(compiled), order)
         return cached
+
+    def _change(self, raw: Any, change: _Guarded) -> None:
+        cached = self._guards.get(id(change.guard))
+        if cached is None:
+            compiled = change.guard.compile(dialect=self._engine.dialect)
+            order = tuple(compiled.positiontup) if compiled.positiontup else None
+            cached = self._guards[id(change.guard)] = (str(compiled), order)
+        sql, order = cached
+        try:
+            params = tuple(change.params[k] for k in order) if order is not None else change.params
+            cursor = raw.cursor()
+            try:
+                cursor.execute(sql, params)
+                changed = cursor.rowcount == 1
+                if changed:
+                    for table, values in change.rows:
+                        sql, keys = self._statement(table, tuple(values))
+                        cursor.execute(
+                            sql, tuple(values[k] for k in keys) if keys is not None else values
+                        )
+                    raw.commit()
+                else:
+                    raw.rollback()
+            finally:
+                cursor.close()
+        except Exception as exc:
+            with contextlib.suppress(Exception):
+                raw.rollback()
+            change.settle(None, StorageError(f"the change could not be stored: {exc}"))
+            return
+        change.settle(changed)
 
     def _commit(self, raw: Any, batch: list[_Pending]) -> None:
         grouped: dict[tuple[Table, tuple[str, ...]], list[dict[str, Any]]] = {}
@@ -281,12 +361,18 @@ class Store:
 
     async def commit(self, rows: Sequence[tuple[Any, Mapping[str, Any]]]) -> None:
         """Insert `(table, values)` rows in the next batch; return once it is committed."""
+        await asyncio.shield(self.enqueue(rows))
+
+    def enqueue(self, rows: Sequence[tuple[Any, Mapping[str, Any]]]) -> asyncio.Future[None]:
+        """Queue `rows` for the next batch now; the future settles once they are committed.
+        The writer keeps the order of what is queued: a change queued after this one sees
+        these rows."""
         if self._writer is None:
             raise StorageError("the store is not started")
         loop = asyncio.get_running_loop()
         done: asyncio.Future[None] = loop.create_future()
         self._writer.submit(_Pending([(t, dict(v)) for t, v in rows], done, loop))
-        await asyncio.shield(done)
+        return done
 
     # -- tasks ------------------------------------------------------------------------
 
@@ -479,9 +565,25 @@ class Store:
 
     # -- approvals --------------------------------------------------------------------
 
-    async def insert_approval(self, request: Mapping[str, Any], nonce: str) -> None:
-        await self.commit(
+    async def insert_approval(
+        self,
+        request: Mapping[str, Any],
+        nonce: str,
+        rows: Sequence[tuple[Any, Mapping[str, Any]]] = (),
+    ) -> None:
+        await asyncio.shield(self.enqueue_approval(request, nonce, rows))
+
+    def enqueue_approval(
+        self,
+        request: Mapping[str, Any],
+        nonce: str,
+        rows: Sequence[tuple[Any, Mapping[str, Any]]] = (),
+    ) -> asyncio.Future[None]:
+        """Queue a pending approval, with `rows` (its evidence) in the same commit; a
+        decision queued after it finds it."""
+        return self.enqueue(
             [
+                *rows,
                 (
                     schema.approvals,
                     {
@@ -498,30 +600,46 @@ class Store:
                         "expires_at": request["expires_at"],
                         "decided_at": None,
                     },
-                )
+                ),
             ]
         )
 
     async def settle_approval(
-        self, approval_id: str, status: str, decision: Mapping[str, Any] | None, at: float
+        self,
+        approval_id: str,
+        status: str,
+        decision: Mapping[str, Any] | None,
+        at: float,
+        rows: Sequence[tuple[Any, Mapping[str, Any]]] = (),
     ) -> bool:
-        """Decide a pending approval; False when it was not pending any more (one outcome)."""
-        ap = schema.approvals
-        statement = (
-            update(ap)
-            .where(ap.c.id == approval_id, ap.c.status == "pending")
-            .values(
-                status=status,
-                decision=json.dumps(decision) if decision is not None else None,
-                decided_at=at,
-            )
+        """Decide a pending approval; False when it was not pending any more (one outcome).
+        `rows` (the decision's evidence, a grant) are written in the same transaction, and
+        only if this call decided it."""
+        params = {
+            "pending": "pending",
+            "approval_id": approval_id,
+            "new_status": status,
+            "new_decision": json.dumps(decision) if decision is not None else None,
+            "decided_at_": at,
+        }
+        return await self.commit_if(_SETTLE_APPROVAL, params, rows)
+
+    async def commit_if(
+        self,
+        guard: Any,
+        params: Mapping[str, Any],
+        rows: Sequence[tuple[Any, Mapping[str, Any]]] = (),
+    ) -> bool:
+        """Run `guard` (an UPDATE) and, only if it changed exactly one row, insert `rows`,
+        in one transaction of the writer; whether it changed one."""
+        if self._writer is None:
+            raise StorageError("the store is not started")
+        loop = asyncio.get_running_loop()
+        done: asyncio.Future[bool] = loop.create_future()
+        self._writer.submit(
+            _Guarded(guard, dict(params), [(t, dict(v)) for t, v in rows], done, loop)
         )
-        try:
-            async with self.engine.begin() as conn:
-                changed = (await conn.execute(statement)).rowcount
-        except SQLAlchemyError as exc:
-            raise StorageError(f"the approval could not be decided: {exc}") from exc
-        return bool(changed == 1)
+        return await asyncio.shield(done)
 
     async def close_orphaned_approvals(self, at: float) -> int:
         """Approvals left pending by a process that stopped: the calls waiting on them are
@@ -553,20 +671,16 @@ class Store:
             out.append(item)
         return out
 
-    async def insert_grant(self, task_id: str, tool: str, grant: Mapping[str, Any]) -> None:
-        await self.commit(
-            [
-                (
-                    schema.task_grants,
-                    {
-                        "task_id": task_id,
-                        "tool": tool,
-                        "grant": json.dumps(grant),
-                        "created_at": time.time(),
-                    },
-                )
-            ]
-        )
+    @staticmethod
+    def grant_row(task_id: str, tool: str, grant: Mapping[str, Any]) -> tuple[Any, dict[str, Any]]:
+        """A `task_grants` row, to write with the decision that grants it."""
+        values = {
+            "task_id": task_id,
+            "tool": tool,
+            "grant": json.dumps(grant),
+            "created_at": time.time(),
+        }
+        return (schema.task_grants, values)
 
     async def task_grants(self, task_id: str) -> dict[str, dict[str, Any]]:
         tg = schema.task_grants

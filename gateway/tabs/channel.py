@@ -171,6 +171,9 @@ class TabChannel:
         # the revision each was last shown at, which its answer must name.
         self._approvals: dict[str, dict[str, Any]] = {}
         self._shown_at: dict[str, int] = {}
+        # Shown and not yet answered in this showing: its one answer passes the rate limit,
+        # as a reply to a pending request does (the gateway bounds how many there are).
+        self._unanswered: set[str] = set()
         self.ended: str | None = None
 
     # -- queries ----------------------------------------------------------------------
@@ -247,6 +250,7 @@ class TabChannel:
         self.ended = reason
         self._approvals.clear()
         self._shown_at.clear()
+        self._unanswered.clear()
         effects: list[Effect] = []
         if self._conn is not None:
             effects += self._drop(
@@ -291,6 +295,7 @@ class TabChannel:
         if self._approvals.pop(approval_id, None) is None:
             return []
         self._shown_at.pop(approval_id, None)
+        self._unanswered.discard(approval_id)
         if self._conn is None:
             return []
         return [Send(self._conn.id, frames.approval_closed(approval_id, status))]
@@ -300,6 +305,7 @@ class TabChannel:
 
     def _show(self, conn: _Conn, approval_id: str) -> Send:
         self._shown_at[approval_id] = conn.revision
+        self._unanswered.add(approval_id)
         frame = frames.approval_request(
             self._approvals[approval_id], self.task_id, conn.tab_id, conn.revision
         )
@@ -327,6 +333,7 @@ class TabChannel:
             return refuse("stale_revision", "the answer names another showing of the approval")
         if not self._approvals[answer.id].get("answerable"):
             return refuse("not_answerable", "this approval is not answered in this tab")
+        self._unanswered.discard(answer.id)
         return [Answer(conn.id, answer.id, answer.decision, answer.scope, answer.nonce)]
 
     # -- UI action requests -----------------------------------------------------------
@@ -482,7 +489,11 @@ class TabChannel:
     # -- internals --------------------------------------------------------------------
 
     def _answers_pending(self, raw: Any) -> bool:
-        if not isinstance(raw, dict) or raw.get("type") != "reply":
+        if not isinstance(raw, dict):
+            return False
+        if raw.get("type") == "approval":
+            return raw.get("id") in self._unanswered
+        if raw.get("type") != "reply":
             return False
         pending = self._pending.get(raw.get("id"))  # type: ignore[arg-type]
         return pending is not None and self._conn is not None and pending.conn == self._conn.id

@@ -37,6 +37,9 @@ class PyTab:
     draft: dict[str, Any] | None = None
     progress: list[str] = field(default_factory=list)
     actions: list[dict[str, Any]] = field(default_factory=list)
+    # The person at this tab: how they answer an approval they may answer (None: not at all).
+    answer: str | None = "approve"
+    approvals: list[dict[str, Any]] = field(default_factory=list)
 
     def snapshot(self) -> dict[str, Any]:
         return {
@@ -76,6 +79,22 @@ class PyTab:
             frame = json.loads(raw)
             if frame["type"] == "ping":
                 await self.ws.send(json.dumps({"type": "pong"}))
+            elif frame["type"] == "approval_request":
+                self.approvals.append(frame)
+                if frame["answerable"] and self.answer is not None:
+                    await self.ws.send(
+                        json.dumps(
+                            {
+                                "type": "approval",
+                                "id": frame["id"],
+                                "task_id": self.task_id,
+                                "tab_id": self.tab_id,
+                                "revision": frame["revision"],
+                                "nonce": frame["nonce"],
+                                "decision": self.answer,
+                            }
+                        )
+                    )
             elif frame["type"] == "request":
                 self.actions.append(frame["action"])
                 result = await self.apply(frame["action"])

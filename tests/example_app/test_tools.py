@@ -6,8 +6,13 @@ by the dashboard's control plane, so its identity is the signed-in user's.
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
+import pytest
+
+from examples.synthetic_app.control import ControlPlaneError
+from examples.synthetic_app.directory import USERS
 from examples.synthetic_app.models import DraftFields, RunRequest
 from examples.synthetic_app.store import who
 from gateway.identity import TaskIdentity
@@ -16,6 +21,7 @@ from tests.example_app.conftest import Stack
 from tests.example_app.pytab import open_tab
 
 ADA = who("org_acme", "ada")
+ADA_USER = USERS["ada"]
 
 
 async def call(stack: Stack, identity: TaskIdentity, tool: str, data: Any) -> ToolResult:
@@ -77,9 +83,12 @@ async def test_the_six_operations_reach_their_observable_results(stack: Stack) -
         assert stored["draft"]["model"] == "sim-large"
         assert stored["current_version"]["number"] == 1
 
-        # 3. save it: a persisted version id, and the builder reloaded.
+        # 3. save it: the dashboard's tasks leave saving to a person, who approves it in
+        # the tab; then a persisted version id, and the builder reloaded.
         saved = await call(stack, identity, "agents.save_draft", {"agent_id": agent_id})
         assert saved.ok, saved
+        [asked] = tab.approvals
+        assert (asked["tool"], asked["by"]) == ("agents.save_draft", "actor")
         stored = await stack.app.store.get_agent(ADA, agent_id)
         assert stored["current_version"]["id"] == saved.output["version_id"]
         assert saved.output["version"] == 2
@@ -173,14 +182,25 @@ async def test_another_organization_cannot_see_save_run_or_open(stack: Stack) ->
     assert [r["run_id"] for r in await stack.app.store.list_runs(ADA)] == [run["run_id"]]
 
 
-async def test_a_member_drafts_but_saving_is_denied_and_stays_unsaved(stack: Stack) -> None:
+async def _pending_save(stack: Stack, task_id: str) -> dict[str, Any]:
+    for _ in range(300):
+        found = await stack.control.pending_approvals("org_acme")
+        mine = [a for a in found if a["task_id"] == task_id]
+        if mine:
+            return mine[0]
+        await asyncio.sleep(0.01)
+    raise AssertionError("the save never asked")
+
+
+@pytest.mark.parametrize("decision", ["deny", "approve"])
+async def test_a_members_save_waits_for_an_admin(stack: Stack, decision: str) -> None:
     agent_id, _, _ = await _acme_ids(stack)
     task = await stack.task("max")
     member = await stack.identity(task)
     assert member.actor.role == "member"
     catalog = {t["tool_id"] for t in stack.live.gateway.registry.catalog(member)}
-    assert "agents.save_draft" not in catalog
-    assert "agents.prepare_draft" in catalog
+    # Listed: the member's assistant may ask; only an admin's approval lets it through.
+    assert {"agents.save_draft", "agents.prepare_draft"} <= catalog
     async with open_tab(
         stack.live.base_url, task.tab_token, task.task_id, origin=_origin(stack)
     ) as tab:
@@ -191,16 +211,52 @@ async def test_a_member_drafts_but_saving_is_denied_and_stays_unsaved(stack: Sta
             {"agent_id": agent_id, "fields": {"instructions": "Greet everyone."}},
         )
         assert drafted.ok, drafted
-        denied = await call(stack, member, "agents.save_draft", {"agent_id": agent_id})
-        assert denied.status == "denied"
-        assert denied.error is not None
-        assert denied.error.code == "forbidden"
-        # The denied call sent nothing to the tab (the builder was not reloaded).
-        assert [a["type"] for a in tab.actions] == ["populate_draft"]
-    agent = await stack.app.store.get_agent(ADA, agent_id)
-    assert agent["draft"]["instructions"] == "Greet everyone."
-    assert [v["number"] for v in agent["versions"]] == [1]
-    assert agent["current_version"]["instructions"] == "Greet the customer and find their order."
+        saving = asyncio.ensure_future(
+            call(stack, member, "agents.save_draft", {"agent_id": agent_id})
+        )
+        approval = await _pending_save(stack, task.task_id)
+        # The member's own tab shows it as waiting for someone else: it may not answer.
+        [shown] = tab.approvals
+        assert shown["answerable"] is False
+        assert "nonce" not in shown
+        await stack.control.decide(
+            "org_acme", task.task_id, approval["approval_id"], decision, ADA_USER
+        )
+        result = await saving
+        agent = await stack.app.store.get_agent(ADA, agent_id)
+        if decision == "deny":
+            assert (result.status, result.error and result.error.code) == (
+                "denied",
+                "approval_denied",
+            )
+            # The refused call sent nothing to the tab (the builder was not reloaded).
+            assert [a["type"] for a in tab.actions] == ["populate_draft"]
+            assert agent["draft"]["instructions"] == "Greet everyone."
+            assert [v["number"] for v in agent["versions"]] == [1]
+        else:
+            assert result.ok, result
+            # Saved on the approving admin's authority, and the evidence says so.
+            assert sorted(v["number"] for v in agent["versions"]) == [1, 2]
+            assert agent["current_version"]["instructions"] == "Greet everyone."
+            records = await stack.live.evidence(task.task_id, "call")
+            [save] = [r for r in records if r["tool"] == "agents.save_draft"]
+            assert save["context"]["saved_as"] == "ada"
+
+
+async def test_an_admin_of_another_organization_cannot_decide(stack: Stack) -> None:
+    agent_id, _, _ = await _acme_ids(stack)
+    task = await stack.task("max")
+    member = await stack.identity(task)
+    saving = asyncio.ensure_future(call(stack, member, "agents.save_draft", {"agent_id": agent_id}))
+    approval = await _pending_save(stack, task.task_id)
+    with pytest.raises(ControlPlaneError):
+        await stack.control.decide(
+            "org_globex", task.task_id, approval["approval_id"], "approve", USERS["gus"]
+        )
+    await stack.live.end_task(task.task_id)
+    ended = await saving
+    assert ended.error is not None
+    assert ended.error.code == "cancelled"
 
 
 async def test_without_a_tab_the_run_still_starts_and_a_draft_says_where_it_went(
@@ -268,3 +324,28 @@ async def test_an_unfinished_run_has_no_report_to_open(stack: Stack) -> None:
     assert opened.status == "failed"
     assert opened.error is not None
     assert opened.error.code == "conflict"
+
+
+@pytest.mark.parametrize("answer", ["approve", "deny"])
+async def test_an_expensive_run_asks_the_user_first(stack: Stack, answer: str) -> None:
+    agent_id, suite_id, scenarios = await _acme_ids(stack)
+    task = await stack.task("ada")
+    identity = await stack.identity(task)
+    request = {"agent_id": agent_id, "suite_id": suite_id, "budget": {"max_tokens": 20000}}
+    async with open_tab(
+        stack.live.base_url, task.tab_token, task.task_id, origin=_origin(stack)
+    ) as tab:
+        tab.answer = answer
+        result = await call(stack, identity, "evals.start_run", request)
+    [asked] = tab.approvals
+    assert asked["tool"] == "evals.start_run"
+    assert asked["details"]["estimated_tokens"] == 20000 * len(scenarios)
+    assert f"up to {20000 * len(scenarios)} tokens" in asked["summary"]
+    runs = await stack.app.store.list_runs(ADA)
+    if answer == "approve":
+        assert result.ok, result
+        assert [r["run_id"] for r in runs] == [result.output["run_id"]]
+    else:
+        assert result.error is not None
+        assert result.error.code == "approval_denied"
+        assert runs == []

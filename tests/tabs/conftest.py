@@ -16,7 +16,7 @@ import pytest_asyncio
 from pydantic import BaseModel
 from websockets.asyncio.client import ClientConnection, connect
 
-from gateway.http import approvals, health, tasks
+from gateway.http import health, tasks
 from gateway.runtime import Gateway
 from gateway.settings import Settings
 from gateway.tabs import ChannelLimits, TabConfig, TabHub, Views, install
@@ -103,7 +103,7 @@ async def _start(
             gw.services.provide(TabConfig, config)
 
     async with live_gateway(
-        tab_settings(tmp, origins), setup=prepare, extensions=[health.routes, tasks.routes, approvals.routes, install]
+        tab_settings(tmp, origins), setup=prepare, extensions=[health.routes, tasks.routes, install]
     ) as live:
         yield TabGateway(live.base_url, live.gateway, live.http, live.created)
 

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from gateway.tabs.channel import Answer, Effect, Rejected, Send, TabChannel
+from gateway.tabs.channel import Answer, ChannelLimits, Effect, Rejected, Send, TabChannel
 
 TASK = "task_a"
 
@@ -130,3 +130,21 @@ def test_an_ended_task_shows_no_approval() -> None:
     channel.end()
     assert channel.approvals_shown() == []
     assert channel.show_approval(shown("apr_2")) == []
+
+
+def test_one_answer_per_showing_passes_the_rate_limit_and_no_more() -> None:
+    # A person's answer must not be lost because the page was busy replying: like a reply
+    # to a pending request, the one answer to each showing is bounded by the gateway.
+    channel = TabChannel(TASK, ChannelLimits(rate_per_s=1, burst=1, max_strikes=100))
+    channel.connect("c1", "tab_1", 3, {}, 0.0)
+    channel.show_approval(shown())
+    pong = json.dumps({"type": "pong"})
+    assert channel.receive("c1", pong, 0.0) == []
+    assert [e.reason for e in channel.receive("c1", pong, 0.0) if isinstance(e, Rejected)] == [
+        "rate_limited"
+    ]
+    assert channel.receive("c1", answer(), 0.0) == [
+        Answer("c1", "apr_1", "approve", "call", "n0nce")
+    ]
+    [again] = [e for e in channel.receive("c1", answer(), 0.0) if isinstance(e, Rejected)]
+    assert again.reason == "rate_limited"

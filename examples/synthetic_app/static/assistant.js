@@ -288,6 +288,8 @@ export function startAssistant(panel, gatewayUrl) {
           actions,
           view: () => currentView(),
           webmcp: true,
+          // What the assistant asks the user to approve shows in the panel itself.
+          approvalContainer: document.getElementById("assistant-approvals"),
         });
         watch(opened);
         session = opened;
