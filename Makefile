@@ -30,6 +30,8 @@ typecheck: $(STAMP)
 
 unit: setup
 	$(BIN)/pytest -m "not stress"
+	# The example dashboard's own suite, run as an app team runs theirs: a session of its own.
+	$(BIN)/pytest examples/synthetic_app/e2e
 
 test: setup lint typecheck unit
 

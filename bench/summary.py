@@ -32,6 +32,7 @@ ORDER = [
     "bridge",
     "example",
     "characters",
+    "fixtures",
     "peer",
 ]
 RATIO_KEYS = (
@@ -52,6 +53,7 @@ BASELINES = {
     "mcp": "the bare MCP SDK server",
     "bridge": "pipeline + bare HTTP + artifact write",
     "example": "the operation the tool wraps",
+    "fixtures": "a bare page.goto of the same page",
     "peer": "Playwright MCP",
 }
 

@@ -5,15 +5,18 @@
   that accepts it, and a page helper.
 - `sites`, `task_chromium` and `browsers`: the two-origin app the task browser's guard is
   tried on, the pool's Chromium for the session, and a gateway per test that shares it.
+- `gateway_setup`: what the session gateway of the pytest plugin's fixtures holds, for the
+  tests written on those fixtures (`dashboard_page`, `mcp_agent`, `evidence`...).
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import pytest
 import pytest_asyncio
 from pydantic import BaseModel
 
@@ -22,7 +25,7 @@ from gateway.registry import ToolAnnotations, ToolContext
 from gateway.runtime import Gateway
 from gateway.serving import serving
 from tests.browser.conftest import browsers, sites, task_chromium
-from tests.tabs.conftest import TabGateway, _start
+from tests.tabs.conftest import TabGateway, _start, register_views
 from tests.tabs.dashboard import dashboard_app
 
 
@@ -130,6 +133,21 @@ async def e2e(tmp_path: Path, dashboard_site: Site, dashboard_browser: Any) -> A
         finally:
             for context in harness._contexts:
                 await context.close()
+
+
+# --- the gateway of the plugin's fixtures (`gateway`, `dashboard_page`, `mcp_agent`...) ---
+
+
+@pytest.fixture(scope="session")
+def gateway_setup() -> Callable[[Gateway], None]:
+    """The session gateway of the suites written on the pytest plugin: the test views and
+    the two demo tools."""
+
+    def setup(gw: Gateway) -> None:
+        register_views(gw)
+        register_demo_tools(gw)
+
+    return setup
 
 
 # --- the task browser's guard: the same fixtures as tests/browser's ------------------

@@ -10,11 +10,18 @@ import pytest
 
 from e2e.conftest import E2E
 from gateway.results import Door, ToolStatus
-from gateway.tabs import OpenView, PopulateDraft, ReadView, ShowRunProgress, TabOutcome, UIAction
-from gateway.tabs.actions import DisplayProposedChange
+from gateway.tabs import OpenView, PopulateDraft, ShowRunProgress, TabOutcome
+from gateway.testing.agents import McpAgent
+from gateway.testing.dashboard import DashboardPage
+from gateway.testing.evidence import Evidence
+from gateway.testing.script import Step, run_script
 from gateway.tokens import Purpose
 
-pytestmark = [pytest.mark.browser, pytest.mark.asyncio(loop_scope="session")]
+pytestmark = [pytest.mark.browser]
+# The tests that hold an action open, race replies or forge frames in the channel core
+# drive the gateway in process (`e2e`); the others are written on the pytest plugin's
+# fixtures, as an app team writes its own (`dashboard_page`, `mcp_agent`, `evidence`).
+in_process = pytest.mark.asyncio(loop_scope="session")
 
 ARTIFACTS = Path(__file__).parents[2] / "test-artifacts" / "tabs"
 
@@ -32,6 +39,7 @@ def send(e2e: E2E, identity: Any, action: Any, timeout_s: float = 10) -> asyncio
     return asyncio.create_task(e2e.live.hub.send(identity, action, timeout_s=timeout_s))
 
 
+@in_process
 async def test_forged_reply_from_another_tasks_tab_is_rejected(e2e: E2E) -> None:
     a, identity_a, page_a = await connected(e2e, org="org_a", actor="alice")
     b, _identity_b, page_b = await connected(e2e, org="org_b", actor="bob")
@@ -57,6 +65,7 @@ async def test_forged_reply_from_another_tasks_tab_is_rejected(e2e: E2E) -> None
     assert [r["data"]["claimed_task_id"] for r in rejected] == [a["task_id"]]
 
 
+@in_process
 async def test_reply_at_a_stale_revision_is_rejected(e2e: E2E) -> None:
     task, identity, page = await connected(e2e)
     await page.evaluate("window.hold = true")
@@ -75,6 +84,7 @@ async def test_reply_at_a_stale_revision_is_rejected(e2e: E2E) -> None:
     assert (await pending).ok  # the real reply, at revision 1, completes it
 
 
+@in_process
 async def test_navigation_away_from_the_target_fails_stale_target(e2e: E2E) -> None:
     _task, identity, page = await connected(e2e)
     await page.evaluate("window.hold = true")
@@ -90,6 +100,7 @@ async def test_navigation_away_from_the_target_fails_stale_target(e2e: E2E) -> N
     assert await page.text_content("#draft-name") == ""
 
 
+@in_process
 async def test_foreign_origin_is_refused(e2e: E2E) -> None:
     body = await e2e.live.create_task()
     page = await e2e.page(origin=e2e.site.foreign)
@@ -114,24 +125,7 @@ async def test_foreign_origin_is_refused(e2e: E2E) -> None:
     assert e2e.live.hub.describe(body["task_id"])["connected"] is False
 
 
-async def test_token_in_the_url_is_ignored(e2e: E2E) -> None:
-    body = await e2e.live.create_task()
-    page = await e2e.page()
-    result = await page.evaluate(
-        """([url, token]) => new Promise((resolve) => {
-            const ws = new WebSocket(url + "?token=" + encodeURIComponent(token));
-            const frames = [];
-            ws.onopen = () => ws.send(JSON.stringify({type: "hello", tab_id: "t1", token: "-"}));
-            ws.onmessage = (e) => frames.push(JSON.parse(e.data));
-            ws.onclose = (e) => resolve({code: e.code, frames});
-        })""",
-        [e2e.live.ws_url, body["tokens"]["tab"]],
-    )
-    assert result["code"] == 1008
-    assert [f["type"] for f in result["frames"]] == ["error"]
-    assert result["frames"][0]["code"] == "invalid_token"
-
-
+@in_process
 async def test_expired_and_revoked_tokens_are_refused(e2e: E2E) -> None:
     body = await e2e.live.create_task()
     expired, _ = e2e.live.gw.tokens.mint(body["task_id"], Purpose.TAB, -1)
@@ -143,6 +137,7 @@ async def test_expired_and_revoked_tokens_are_refused(e2e: E2E) -> None:
     assert "1008" in await page.evaluate("(o) => window.tryStart(o)", options)
 
 
+@in_process
 async def test_cancel_and_timeout_reach_the_page(e2e: E2E) -> None:
     _task, identity, page = await connected(e2e)
     await page.evaluate("window.hold = true")
@@ -156,6 +151,7 @@ async def test_cancel_and_timeout_reach_the_page(e2e: E2E) -> None:
     assert await page.text_content("#run") == ""
 
 
+@in_process
 async def test_dropped_tab_fails_pending_and_reconnects(e2e: E2E) -> None:
     _task, identity, page = await connected(e2e)
     await page.evaluate("window.hold = true")
@@ -173,65 +169,7 @@ async def test_dropped_tab_fails_pending_and_reconnects(e2e: E2E) -> None:
     assert await page.text_content("#run") == "run_2"
 
 
-async def test_second_tab_supersedes_the_first(e2e: E2E) -> None:
-    body, identity, first = await connected(e2e)
-    second = await e2e.page()
-    await e2e.start(second, body["tokens"]["tab"], webmcp=False)
-    [closed] = await e2e.wait_event(first, "closed")
-    assert closed["reason"] == "superseded"
-    assert [d["code"] for d in await e2e.events(first, "disconnect")] == [4001]
-    outcome = await e2e.live.hub.send(identity, ShowRunProgress(run_id="run_2"), timeout_s=10)
-    assert outcome.ok
-    assert await second.text_content("#run") == "run_2"
-    assert await first.text_content("#run") == ""
-
-
-async def test_every_ui_action_is_applied_as_text(e2e: E2E) -> None:
-    _task, identity, page = await connected(e2e)
-    hub = e2e.live.hub
-    diff = '- old()\n+ <img src=x onerror="window.pwned=1"> new()\n'
-    actions: list[UIAction] = [
-        OpenView(view="run_report", params={"run_id": "run_7"}),
-        PopulateDraft.model_validate(
-            {
-                "fields": {
-                    "name": "Support bot",
-                    "instructions": "Be <b>kind</b>.",
-                    "model": "gpt-4.1",
-                    "tools": ["ui.read_view", "demo.echo"],
-                }
-            }
-        ),
-        ShowRunProgress(run_id="run_7"),
-        DisplayProposedChange(title="Tighten <em>tone</em>", summary="Shorter.", diff=diff),
-    ]
-    for action in actions:
-        outcome = await hub.send(identity, action, timeout_s=10)
-        assert outcome.ok, outcome
-    assert await page.text_content("#view") == "run_report"
-    assert await page.text_content("#params") == '{"run_id":"run_7"}'
-    assert await page.text_content("#draft-name") == "Support bot"
-    assert await page.input_value("#draft-instructions") == "Be <b>kind</b>."
-    assert await page.text_content("#draft-model") == "gpt-4.1"
-    assert await page.text_content("#draft-tools") == "ui.read_view, demo.echo"
-    assert await page.text_content("#run") == "run_7"
-    assert await page.text_content("#change-title") == "Tighten <em>tone</em>"
-    assert await page.text_content("#change-diff") == diff
-    assert await page.evaluate("document.querySelectorAll('img, em, b').length") == 0
-    assert await page.evaluate("window.pwned") is None
-    read = await hub.send(identity, ReadView(), timeout_s=10)
-    assert read.result is not None
-    assert (read.result["view"], read.result["params"], read.result["revision"]) == (
-        "run_report",
-        {"run_id": "run_7"},
-        1,
-    )
-    ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    shot = ARTIFACTS / "display_proposed_change.png"
-    await page.screenshot(path=str(shot), full_page=True)
-    assert shot.stat().st_size > 1000
-
-
+@in_process
 async def test_the_page_refuses_an_action_outside_the_allowlist(e2e: E2E) -> None:
     task, _identity, page = await connected(e2e)
     # Straight into the channel core, past the gateway's own validation: the shim must
@@ -253,12 +191,97 @@ async def test_the_page_refuses_an_action_outside_the_allowlist(e2e: E2E) -> Non
     assert await page.text_content("#view") == "home"
 
 
-async def test_page_calls_tools_under_the_tabs_identity(e2e: E2E) -> None:
-    task, _identity, page = await connected(e2e, scopes=["ui", "demo"], actor="carol")
-    result = await page.evaluate("window.session.call('demo.echo', {text: 'hi'})")
+def test_every_ui_action_is_applied_as_text(
+    dashboard_page: DashboardPage, mcp_agent: McpAgent
+) -> None:
+    diff = '- old()\n+ <img src=x onerror="window.pwned=1"> new()\n'
+    fields = {
+        "name": "Support bot",
+        "instructions": "Be <b>kind</b>.",
+        "model": "gpt-4.1",
+        "tools": ["ui.read_view", "demo.echo"],
+    }
+    report = run_script(
+        mcp_agent,
+        [
+            Step("ui.open_view", {"view": "run_report", "params": {"run_id": "run_7"}}),
+            Step("ui.populate_draft", {"fields": fields}),
+            Step("ui.show_run_progress", {"run_id": "run_7"}, expect={"shown": "run_7"}),
+            Step(
+                "ui.display_proposed_change",
+                {"title": "Tighten <em>tone</em>", "summary": "Shorter.", "diff": diff},
+            ),
+            Step(
+                "ui.read_view",
+                expect={"view": "run_report", "params": {"run_id": "run_7"}, "revision": 1},
+            ),
+        ],
+    )
+    report.assert_ok()
+    page = dashboard_page.page
+    assert [entry["type"] for entry in dashboard_page.log] == [
+        "open_view",
+        "populate_draft",
+        "show_run_progress",
+        "display_proposed_change",
+        "read_view",
+    ]
+    shown = page.locator("#gateway-log").inner_text()
+    assert "Be <b>kind</b>." in shown and "<img src=x" in shown
+    assert page.text_content("#gateway-view") == "run_report"
+    assert page.evaluate("document.querySelectorAll('img, em, b').length") == 0
+    assert page.evaluate("window.pwned") is None
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    shot = ARTIFACTS / "display_proposed_change.png"
+    page.screenshot(path=str(shot), full_page=True)
+    assert shot.stat().st_size > 1000
+
+
+def test_second_tab_supersedes_the_first(
+    dashboard_page: DashboardPage, new_context: Any, mcp_agent: McpAgent
+) -> None:
+    first = dashboard_page.page
+    second = DashboardPage(
+        new_context().new_page(),
+        dashboard_page.control,
+        dashboard_page.task,
+        dashboard_page.host_origin,
+    ).open()
+    first.wait_for_selector('#gateway-state[data-state="disconnected"]')
+    assert mcp_agent.call("ui.show_run_progress", {"run_id": "run_2"})["status"] == "succeeded"
+    second.wait_for_action("show_run_progress")
+    assert dashboard_page.log == []
+    assert dashboard_page.tab()["connected"]
+
+
+def test_token_in_the_url_is_ignored(dashboard_page: DashboardPage, gateway_task: Any) -> None:
+    other = gateway_task(actor="url_user")
+    ws_url = dashboard_page.control.base_url.replace("http://", "ws://") + "/v1/tabs"
+    result = dashboard_page.page.evaluate(
+        """([url, token]) => new Promise((resolve) => {
+            const ws = new WebSocket(url + "?token=" + encodeURIComponent(token));
+            const frames = [];
+            ws.onopen = () => ws.send(JSON.stringify({type: "hello", tab_id: "t1", token: "-"}));
+            ws.onmessage = (e) => frames.push(JSON.parse(e.data));
+            ws.onclose = (e) => resolve({code: e.code, frames});
+        })""",
+        [ws_url, other.tab_token],
+    )
+    assert result["code"] == 1008
+    assert [f["type"] for f in result["frames"]] == ["error"]
+    assert result["frames"][0]["code"] == "invalid_token"
+    assert dashboard_page.control.task(other.task_id)["tab"]["connected"] is False
+
+
+@pytest.mark.gateway_task(scopes=["ui", "demo"], actor="carol")
+def test_page_calls_tools_under_the_tabs_identity(
+    dashboard_page: DashboardPage, evidence: Evidence
+) -> None:
+    page = dashboard_page.page
+    result = page.evaluate("window.gatewaySession.call('demo.echo', {text: 'hi'})")
     assert result["status"] == "succeeded"
-    assert result["output"] == {"text": "hi", "actor": "carol", "task": task["task_id"]}
-    read = await page.evaluate("window.session.call('ui.read_view', {})")
-    assert read["output"]["view"] == "agent_builder"
-    [record, *_] = await e2e.live.evidence(task["task_id"], "call")
-    assert record["door"] == Door.TAB.value
+    assert result["output"] == {"text": "hi", "actor": "carol", "task": evidence.task_id}
+    read = page.evaluate("window.gatewaySession.call('ui.read_view', {})")
+    assert read["output"]["view"] == "home"
+    evidence.assert_called("demo.echo", door=Door.TAB.value)
+    evidence.assert_called("ui.read_view", door=Door.TAB.value)

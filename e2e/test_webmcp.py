@@ -10,16 +10,21 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from playwright.async_api import Error as PlaywrightError
 from pydantic import BaseModel
 
 from e2e.conftest import E2E
 from gateway.chromium import find_chromium, launch_args
 from gateway.registry import Tool, ToolContext
-from gateway.results import Door
+from gateway.testing.agents import McpAgent
+from gateway.testing.dashboard import DashboardPage
+from gateway.testing.evidence import Evidence
+from gateway.testing.script import Step, run_script
 from gateway.tokens import Purpose
 
-pytestmark = [pytest.mark.browser, pytest.mark.asyncio(loop_scope="session")]
+pytestmark = [pytest.mark.browser]
+# Tests that change the gateway's catalog or registration in process use `e2e`; the others
+# are written on the pytest plugin's fixtures.
+in_process = pytest.mark.asyncio(loop_scope="session")
 
 # Fields of a call's evidence record that differ from one call to the next by nature.
 PER_CALL = {"call_id", "door", "started_at", "duration_ms", "seq"}
@@ -34,54 +39,7 @@ async def webmcp_page(e2e: E2E, **task: Any) -> tuple[dict[str, Any], Any, Any]:
     return body, identity, page
 
 
-async def test_tools_are_exactly_the_identitys_catalog(e2e: E2E) -> None:
-    _body, identity, page = await webmcp_page(e2e, role="admin")
-    catalog = {t["name"]: t for t in e2e.live.gw.registry.catalog(identity)}
-    tools = {t["name"]: t for t in await page.webmcp.tools()}
-    assert (
-        sorted(tools)
-        == sorted(catalog)
-        == [
-            "demo_admin_only",
-            "demo_echo",
-            "ui_display_proposed_change",
-            "ui_open_view",
-            "ui_populate_draft",
-            "ui_read_view",
-            "ui_show_run_progress",
-        ]
-    )
-    for name, tool in tools.items():
-        assert tool["inputSchema"] == catalog[name]["input_schema"]
-        assert tool["description"] == catalog[name]["description"]
-    assert tools["demo_echo"]["annotations"] == {"readOnly": True}
-    assert tools["demo_admin_only"]["annotations"] == {"consequential": True}
-
-    _member_body, _member, member_page = await webmcp_page(e2e, role="member", actor="m1")
-    names = sorted(t["name"] for t in await member_page.webmcp.tools())
-    assert "demo_admin_only" not in names
-    assert "demo_echo" in names
-
-
-async def test_call_tool_equals_a_direct_pipeline_call(e2e: E2E) -> None:
-    body, identity, page = await webmcp_page(e2e, actor="dana")
-    via_webmcp = await page.webmcp.call_tool("demo_echo", {"text": "same"})
-    direct = await e2e.live.gw.pipeline.call(identity, "demo.echo", {"text": "same"}, door=Door.MCP)
-    assert (
-        via_webmcp
-        == direct.output
-        == {
-            "text": "same",
-            "actor": "dana",
-            "task": body["task_id"],
-        }
-    )
-    records = await e2e.live.evidence(body["task_id"], "call", wait_for=2)
-    assert sorted(r["door"] for r in records) == ["mcp", "webmcp"]
-    first, second = ({k: v for k, v in r.items() if k not in PER_CALL} for r in records)
-    assert first == second
-
-
+@in_process
 async def test_ui_tool_through_webmcp_reaches_the_same_tab(e2e: E2E) -> None:
     _body, _identity, page = await webmcp_page(e2e)
     result = await page.webmcp.call_tool("ui_show_run_progress", {"run_id": "run_42"})
@@ -91,25 +49,7 @@ async def test_ui_tool_through_webmcp_reaches_the_same_tab(e2e: E2E) -> None:
     assert view["view"] == "agent_builder"
 
 
-async def test_denied_call_raises_with_its_status_and_code(e2e: E2E) -> None:
-    _body, _identity, page = await webmcp_page(e2e, budget={"max_calls": 1})
-    assert (await page.webmcp.call_tool("demo_echo", {"text": "one"}))["text"] == "one"
-    with pytest.raises(PlaywrightError):
-        await page.webmcp.call_tool("demo_echo", {"text": "two"})
-    # Native Chromium hides a tool's error message from the agent; the page saw it.
-    [error] = await e2e.wait_event(page, "toolerror")
-    assert error["message"].startswith("denied budget_exceeded")
-
-
-async def test_tools_are_gone_after_the_task_ends(e2e: E2E) -> None:
-    body, _identity, page = await webmcp_page(e2e)
-    assert len(await page.webmcp.tools()) == 7
-    await e2e.live.end_task(body["task_id"])
-    [closed] = await e2e.wait_event(page, "closed")
-    assert closed["reason"] == "task_ended"
-    assert await page.webmcp.tools() == []
-
-
+@in_process
 async def test_tools_are_gone_when_the_tab_token_expires(e2e: E2E) -> None:
     body = await e2e.live.create_task(scopes=["ui", "demo"])
     short, _ = e2e.live.gw.tokens.mint(body["task_id"], Purpose.TAB, 4)
@@ -127,6 +67,7 @@ class NoteInput(BaseModel):
     note: str
 
 
+@in_process
 async def test_tools_are_registered_again_when_the_catalog_changes(e2e: E2E) -> None:
     _body, _identity, page = await webmcp_page(e2e)
 
@@ -165,6 +106,7 @@ POLYFILL = """() => {
 }"""
 
 
+@in_process
 async def test_polyfill_registration_errors_and_abort(e2e: E2E) -> None:
     body = await e2e.live.create_task(scopes=["ui", "demo"], role="member")
     page = await e2e.page()
@@ -238,6 +180,7 @@ def mcp_b_polyfill(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return script
 
 
+@in_process
 async def test_mcp_b_polyfill_in_a_browser_without_native_webmcp(
     e2e: E2E, mcp_b_polyfill: Path
 ) -> None:
@@ -276,3 +219,76 @@ async def test_mcp_b_polyfill_in_a_browser_without_native_webmcp(
         assert await page.evaluate("document.modelContext.getTools()") == []
     finally:
         await plain.close()
+
+
+ADMIN_TOOLS = [
+    "demo_admin_only",
+    "demo_echo",
+    "ui_display_proposed_change",
+    "ui_open_view",
+    "ui_populate_draft",
+    "ui_read_view",
+    "ui_show_run_progress",
+]
+
+
+@pytest.mark.gateway_task(scopes=["ui", "demo"], role="admin")
+def test_tools_are_exactly_the_identitys_catalog(
+    dashboard_page: DashboardPage, mcp_agent: McpAgent, new_context: Any, gateway_task: Any
+) -> None:
+    tools = {t["name"]: t for t in dashboard_page.page.webmcp.tools()}
+    # The same catalog an MCP client of the same task is given, schemas and all.
+    listed = {t.name: t for t in mcp_agent.tools()}
+    assert sorted(tools) == sorted(listed) == ADMIN_TOOLS
+    for name, tool in tools.items():
+        assert tool["inputSchema"] == listed[name].input_schema
+        assert tool["description"] == listed[name].description
+    assert tools["demo_echo"]["annotations"] == {"readOnly": True}
+    assert tools["demo_admin_only"]["annotations"] == {"consequential": True}
+
+    member = gateway_task(scopes=["ui", "demo"], role="member", actor="m1")
+    member_page = DashboardPage(
+        new_context().new_page(), dashboard_page.control, member, dashboard_page.host_origin
+    ).open()
+    names = member_page.webmcp().list_tools()
+    assert "demo_admin_only" not in names
+    assert "demo_echo" in names
+
+
+@pytest.mark.gateway_task(scopes=["ui", "demo"], actor="dana")
+def test_call_tool_equals_the_same_call_through_mcp(
+    dashboard_page: DashboardPage, mcp_agent: McpAgent, evidence: Evidence
+) -> None:
+    via_webmcp = dashboard_page.webmcp().call("demo.echo", {"text": "same"})
+    via_mcp = mcp_agent.call("demo.echo", {"text": "same"})
+    expected = {"text": "same", "actor": "dana", "task": evidence.task_id}
+    assert via_webmcp["output"] == via_mcp["output"] == expected
+    records = evidence.calls("demo.echo")
+    assert sorted(r["door"] for r in records) == ["mcp", "webmcp"]
+    first, second = ({k: v for k, v in r.items() if k not in PER_CALL} for r in records)
+    assert first == second
+
+
+@pytest.mark.gateway_task(scopes=["ui", "demo"], budget={"max_calls": 1})
+def test_a_denied_call_reaches_the_agent_with_its_status_and_code(
+    dashboard_page: DashboardPage,
+) -> None:
+    report = run_script(
+        dashboard_page.webmcp(),
+        [
+            Step("demo.echo", {"text": "one"}, expect={"text": "one"}),
+            Step("demo.echo", {"text": "two"}, status="denied", error_code="budget_exceeded"),
+        ],
+    )
+    report.assert_ok()
+
+
+@pytest.mark.gateway_task(scopes=["ui", "demo"], role="admin")
+def test_tools_are_gone_after_the_task_ends(
+    dashboard_page: DashboardPage, gateway_task: Any
+) -> None:
+    agent = dashboard_page.webmcp()
+    assert len(agent.list_tools()) == 7
+    dashboard_page.control.end_task(gateway_task().task_id)
+    dashboard_page.page.wait_for_selector('#gateway-state[data-state="disconnected"]')
+    assert agent.list_tools() == []

@@ -486,6 +486,10 @@ class Approvals:
         self._grants.pop(task_id, None)
 
     async def listing(self, task_id: str) -> list[dict[str, Any]]:
+        # A request is shown while its row is being committed: a listing waits for the
+        # rows of the task's pending requests, so what a tab shows is always listed.
+        storing = [self._stored[r.id] for r in self.pending(task_id) if r.id in self._stored]
+        await asyncio.gather(*(asyncio.shield(f) for f in storing), return_exceptions=True)
         return await self.store.approvals_of(task_id)
 
     def _row(

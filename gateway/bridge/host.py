@@ -28,7 +28,6 @@ from gateway.bridge.envelopes import (
     failure,
 )
 from gateway.bridge.metrics import BridgeMetrics
-from gateway.bridge.offer import allowed_tools
 from gateway.bridge.schemas import REQUEST_SCHEMA
 from gateway.bridge.validation import EnvelopeInvalid, parse_envelope
 from gateway.errors import GatewayError, ToolFailure
@@ -140,7 +139,9 @@ class ParentToolHost:
             raise _denied(
                 ErrorCode.UNKNOWN_TOOL, f"no tool named {request.tool!r} is available to this task"
             )
-        if request.tool not in allowed_tools(identity, self.registry) or not tool.permits(identity):
+        # The envelope's allowlist, decided for this one tool (a tool a person may approve
+        # is on it: the pipeline then waits for the approval).
+        if not tool.reachable(identity):
             raise _denied(
                 ErrorCode.FORBIDDEN, f"{request.tool!r} is not on this task's bridge allowlist"
             )

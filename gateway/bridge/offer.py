@@ -44,13 +44,14 @@ TIMEOUT_MARGIN_MS = 5_000
 
 
 def allowed_tools(identity: TaskIdentity, registry: Registry) -> list[str]:
-    """The exact names this task may call: its scopes, role and allowlist, resolved."""
-    return sorted(tool.name for tool in registry if tool.permits(identity))
+    """The exact names this task may call: its scopes, role and allowlist, resolved, and
+    the tools a person may approve for it (the call then waits for that person)."""
+    return sorted(tool.name for tool in registry if tool.reachable(identity))
 
 
 def bridge_timeout_ms(identity: TaskIdentity, registry: Registry) -> int:
     slowest = max(
-        (int(t.timeout_s * 1000) for t in registry if t.permits(identity)),
+        (int(t.timeout_s * 1000) for t in registry if t.reachable(identity)),
         default=0,
     )
     return max(DEFAULT_TIMEOUT_MS, slowest + TIMEOUT_MARGIN_MS)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Any
 
@@ -69,6 +70,38 @@ async def test_the_allowlist_is_resolved_against_scopes(bridge: BridgeSetup) -> 
     )
     envelope = load_bridge(task["parent_tool_bridge"])
     assert envelope.allowed_tools == ["test.echo", "workspace.read", "workspace.search"]
+
+
+async def test_a_tool_a_person_may_approve_is_listed_and_waits_for_the_approval(
+    bridge: BridgeSetup,
+) -> None:
+    # test.count is outside the task's allowlist, but the control plane may grant it.
+    approvals = {"grantable": [{"tool": "test.count", "by": "control"}], "channels": ["control"]}
+    task = await bridge.live.create_task(
+        scopes=["test"], allowed_tools=["test.echo"], approvals=approvals
+    )
+    envelope = load_bridge(task["parent_tool_bridge"])
+    assert envelope.allowed_tools == ["test.count", "test.echo"]
+    call = asyncio.ensure_future(post(bridge, request("test.count"), task["tokens"]["bridge"]))
+    pending: list[dict[str, Any]] = []
+    for _ in range(200):
+        listed = await bridge.live.http.get(
+            f"/v1/tasks/{task['task_id']}/approvals", headers=bridge.live.control
+        )
+        pending = [a for a in listed.json()["approvals"] if a["status"] == "pending"]
+        if pending:
+            break
+        await asyncio.sleep(0.02)
+    assert bridge.probe.runs["test.count"] == 0  # nothing ran before the answer
+    decided = await bridge.live.http.post(
+        f"/v1/tasks/{task['task_id']}/approvals/{pending[0]['approval_id']}",
+        json={"decision": "approve", "approver": {"id": "ops_1", "role": "admin"}},
+        headers=bridge.live.control,
+    )
+    assert decided.status_code == 200
+    status, body = await call
+    assert (status, body["status"]) == (200, "succeeded")
+    assert bridge.probe.runs["test.count"] == 1
 
 
 # -- authentication ------------------------------------------------------------------------

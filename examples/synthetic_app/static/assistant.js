@@ -266,21 +266,27 @@ export function startAssistant(panel, gatewayUrl) {
     });
   }
 
-  async function open() {
+  // The dashboard's backend hands out the task (its control plane made it); a test suite
+  // that made the task itself hands it over instead (`handed`: {gateway, token}).
+  async function grantFromBackend() {
+    const response = await fetch("/api/assistant/session", {
+      method: "POST",
+      credentials: "same-origin",
+      headers: { accept: "application/json", "content-type": "application/json" },
+      body: JSON.stringify({ tab: tabKey(), renew }),
+    });
+    if (!response.ok) throw new Error(`the dashboard refused (${response.status})`);
+    return response.json();
+  }
+
+  async function open(handed) {
     if (session) return session;
     if (opening) return opening;
     opening = (async () => {
       setStatus("connecting");
       openButton.disabled = true;
       try {
-        const response = await fetch("/api/assistant/session", {
-          method: "POST",
-          credentials: "same-origin",
-          headers: { accept: "application/json", "content-type": "application/json" },
-          body: JSON.stringify({ tab: tabKey(), renew }),
-        });
-        if (!response.ok) throw new Error(`the dashboard refused (${response.status})`);
-        const grant = await response.json();
+        const grant = handed ? { tab_token: handed.token, task_id: "" } : await grantFromBackend();
         const shim = await import(`${gatewayUrl}/webmcp.js`);
         const opened = await shim.connectGateway({
           gateway: gatewayUrl,
@@ -294,10 +300,11 @@ export function startAssistant(panel, gatewayUrl) {
         watch(opened);
         session = opened;
         renew = false;
-        taskLine.textContent = `Task ${grant.task_id}`;
-        taskLine.dataset.taskId = grant.task_id;
+        taskLine.textContent = `Task ${opened.taskId}`;
+        taskLine.dataset.taskId = opened.taskId;
         taskLine.hidden = false;
-        sessionStorage.setItem(OPEN_KEY, "1");
+        // A handed task is the test's to reconnect; the backend's is reopened on reload.
+        if (!handed) sessionStorage.setItem(OPEN_KEY, "1");
         openButton.hidden = true;
         setStatus("connected");
         return session;
@@ -321,6 +328,12 @@ export function startAssistant(panel, gatewayUrl) {
   // The panel was open before a full reload: reconnect (same tab id, kept by the shim).
   if (sessionStorage.getItem(OPEN_KEY) === "1") open().catch(() => {});
   // For the page's own tests and the demo: whether the panel is connected, and to open it.
+  // The handoff hook of the gateway's pytest plugin: connect with a task made by the test.
+  window.gatewayConnect = async (handoff) => {
+    if (handoff.gateway !== gatewayUrl) throw new Error("this dashboard talks to " + gatewayUrl);
+    const opened = await open({ token: handoff.token });
+    return { task_id: opened.taskId, tab_id: opened.tabId };
+  };
   window.syntheticAssistant = {
     open,
     get session() {
