@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test lint typecheck unit stress bench setup browser clean
+.PHONY: run test lint typecheck unit stress bench setup browser postgres clean
 
 $(STAMP): pyproject.toml $(wildcard examples/*/__init__.py)
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' || { echo "Python 3.11+ is needed"; exit 1; }
@@ -18,6 +18,9 @@ setup: $(STAMP) browser
 browser:
 	@scripts/ensure-browser $(BIN)/python
 
+postgres: $(STAMP)
+	@scripts/ensure-postgres $(BIN)/python
+
 run: setup
 	$(BIN)/gateway serve
 
@@ -28,8 +31,9 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
-unit: setup
-	$(BIN)/pytest -m "not stress"
+# Both stores: the PostgreSQL half runs here (a throwaway cluster on loopback), not skipped.
+unit: setup postgres
+	GATEWAY_TEST_REQUIRE_POSTGRES=1 $(BIN)/pytest -m "not stress"
 	# The example dashboard's own suite, run as an app team runs theirs: a session of its own.
 	$(BIN)/pytest examples/synthetic_app/e2e
 

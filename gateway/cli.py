@@ -1,4 +1,4 @@
-"""The `gateway` command: serve, demo, bridge call, keys new."""
+"""The `gateway` command: serve, demo, bridge call, keys new, db upgrade."""
 
 from __future__ import annotations
 
@@ -54,6 +54,23 @@ def _keys_new(_args: argparse.Namespace) -> int:
     return 0
 
 
+def _db_upgrade(args: argparse.Namespace) -> int:
+    from gateway.private_files import private_dir
+    from gateway.store import migrate
+
+    settings = Settings()
+    if settings.database_url is None:
+        private_dir(settings.data_dir)
+    url = settings.resolved_database_url()
+    before, after = migrate.upgrade(url, args.revision)
+    shown = migrate.make_url(url).render_as_string(hide_password=True)
+    if before == after:
+        print(f"gateway: {shown} is at {after}, nothing to do")
+    else:
+        print(f"gateway: {shown} upgraded from {before or 'an empty database'} to {after}")
+    return 0
+
+
 def parser() -> argparse.ArgumentParser:
     root = argparse.ArgumentParser(prog="gateway", description=__doc__)
     sub = root.add_subparsers(dest="command", required=True)
@@ -69,6 +86,14 @@ def parser() -> argparse.ArgumentParser:
     add_demo_command(sub)
 
     add_bridge_commands(sub)
+
+    db = sub.add_parser("db", help="the store's schema")
+    db_sub = db.add_subparsers(dest="db_command", required=True)
+    upgrade = db_sub.add_parser(
+        "upgrade", help="migrate GATEWAY_DATABASE_URL (or the data dir's SQLite) to this release"
+    )
+    upgrade.add_argument("revision", nargs="?", default="head")
+    upgrade.set_defaults(func=_db_upgrade)
 
     keys = sub.add_parser("keys", help="signing keys")
     keys_sub = keys.add_subparsers(dest="keys_command", required=True)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import sqlite3
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -17,6 +16,13 @@ from gateway.results import Door, ErrorCode, ToolStatus
 from gateway.runtime import Gateway
 from gateway.settings import Settings
 from tests.core_fixtures import new_task, started
+from tests.first_release import reduce_to_first_release
+
+
+@pytest.fixture
+def settings(store_settings: Settings) -> Settings:
+    """Every test of this module runs on SQLite and on PostgreSQL."""
+    return store_settings
 
 
 class Echo(BaseModel):
@@ -350,11 +356,8 @@ async def test_keys_recorded_before_inputs_were_kept_still_replay(settings: Sett
         first = await gw.pipeline.call(
             ident, "t.side", {"text": "a"}, door=Door.MCP, idempotency_key="old"
         )
-    # The data dir of a gateway from before the column existed.
-    db = sqlite3.connect(settings.data_dir / "gateway.db")
-    with db:
-        db.execute("ALTER TABLE idempotency DROP COLUMN input_sha256")
-    db.close()
+    # The data dir of a gateway from before the column existed (the first release's).
+    reduce_to_first_release(settings.resolved_database_url())
     async for gw in started(settings):
         install_tools(gw, calls)
         again = await gw.pipeline.call(

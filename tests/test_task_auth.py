@@ -15,6 +15,12 @@ from tests.core_fixtures import new_task, started
 
 
 @pytest.fixture
+def settings(store_settings: Settings) -> Settings:
+    """Every test of this module runs on SQLite and on PostgreSQL."""
+    return store_settings
+
+
+@pytest.fixture
 async def gw(settings: Settings) -> AsyncIterator[Gateway]:
     async for gateway in started(settings):
         yield gateway

@@ -1,4 +1,6 @@
-"""The tables. Portable types only, so the same schema runs on SQLite and PostgreSQL."""
+"""The tables as the code reads and writes them. Portable types only, so the same schema runs
+on SQLite and PostgreSQL. A change here comes with a migration in `migrations/versions/`
+(tests/store/test_migrations.py checks that the two agree)."""
 
 from __future__ import annotations
 
@@ -115,7 +117,3 @@ task_grants = Table(
     Column("grant", Text, nullable=False),
     Column("created_at", Float, nullable=False),
 )
-
-# Columns added after their table was first shipped: (table, column). A store opened on an
-# older data dir adds them at start; `create_all` only creates missing tables.
-ADDED_COLUMNS = (("idempotency", "input_sha256"),)

@@ -1,4 +1,5 @@
-"""The gateway is killed with SIGKILL in a burst of side-effect calls, then restarted.
+"""The gateway is killed with SIGKILL in a burst of side-effect calls, then restarted, on
+each store.
 
 What was answered `succeeded` is in the store, no side effect runs twice under one
 idempotency key (the bridge's request id), and every token of an ended task still fails.
@@ -60,8 +61,12 @@ async def burst(base_url: str, token: str, kill: GatewayProcess) -> dict[str, di
 
 
 @pytest.mark.timeout(300)
-async def test_sigkill_mid_burst_loses_nothing_answered(tmp_path: Path) -> None:
-    gateway = GatewayProcess(tmp_path / "data")
+async def test_sigkill_mid_burst_loses_nothing_answered(
+    tmp_path: Path, database_url: str | None
+) -> None:
+    # On SQLite in the data dir, and on PostgreSQL (a fresh database of the test cluster).
+    store = {"GATEWAY_DATABASE_URL": database_url} if database_url else {}
+    gateway = GatewayProcess(tmp_path / "data", store)
     gateway.start()
     try:
         async with httpx.AsyncClient(
