@@ -24,6 +24,7 @@ from bench.report import RESULTS, write
 # The areas of `make bench`, in the order they run.
 ORDER = [
     "core",
+    "store",
     "tabs",
     "approvals",
     "webmcp",
@@ -46,6 +47,7 @@ UNITS = {"ms": 1.0, "µs": 1e-3, "s": 1e3}
 # What each area's ratio is taken against, in the same run.
 BASELINES = {
     "core": "the handler called directly",
+    "store": "the same calls on SQLite",
     "tabs": "a raw websocket echo",
     "approvals": "a ui.* tool call, one tab round trip",
     "webmcp": "a bare websocket echo behind a WebMCP tool of the same page",

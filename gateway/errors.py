@@ -8,7 +8,9 @@
     ├── NotFound                 404  not_found
     ├── InvalidInput             422  invalid_input
     ├── PayloadTooLarge          413  payload_too_large
+    ├── QuotaExceeded            429  quota_exceeded (details: quota, limit, current, adding)
     ├── StorageError             503  storage_failed
+    ├── ArtifactMissing          502  artifact_missing (details: artifact_id)
     └── ToolFailure              a handler's structured non-success (any status and code)
 
 A tool handler raises `ToolFailure` to end its call with a specific status and code; any
@@ -103,11 +105,34 @@ class PayloadTooLarge(GatewayError):
     http_status = 413
 
 
+class QuotaExceeded(GatewayError):
+    """A limit on what an owner may hold at once (not a rate): waiting alone does not help,
+    releasing something does, so it is not retryable."""
+
+    code = ErrorCode.QUOTA_EXCEEDED
+    http_status = 429
+    tool_status = ToolStatus.DENIED
+
+
 class StorageError(GatewayError):
     code = ErrorCode.STORAGE_FAILED
     http_status = 503
     tool_status = ToolStatus.FAILED
     retryable = True
+
+
+class ArtifactMissing(GatewayError):
+    """An artifact's row is there but its bytes are not: the object store behind the gateway
+    (a bucket, the data dir) lost them, hence 502. Asking again will not bring them back."""
+
+    code = "artifact_missing"
+    http_status = 502
+
+    def __init__(self, artifact_id: str) -> None:
+        super().__init__(
+            f"the bytes of artifact {artifact_id} are missing from the artifact store",
+            details={"artifact_id": artifact_id},
+        )
 
 
 class ToolFailure(GatewayError):

@@ -30,6 +30,7 @@ from gateway.redaction import Redactor
 from gateway.registry import Registry, Services
 from gateway.settings import Settings
 from gateway.store.database import Store
+from gateway.store.objects import object_store
 from gateway.task_log import TaskLog
 from gateway.tasks import TaskService
 from gateway.tokens import Purpose, TokenService
@@ -70,7 +71,13 @@ class Gateway:
         self.settings = settings
         self.metrics = Metrics()
         self.store = Store(
-            settings.resolved_database_url(), settings.data_dir, synchronous=settings.db_synchronous
+            settings.resolved_database_url(),
+            settings.data_dir,
+            synchronous=settings.db_synchronous,
+            objects=object_store(
+                settings.data_dir, settings.artifacts_url, settings.artifacts_endpoint_url
+            ),
+            max_artifacts_per_task=settings.max_artifacts_per_task,
         )
         self.tokens = TokenService(settings.secret_keys)
         self.tasks = TaskService(
@@ -82,6 +89,7 @@ class Gateway:
                 Purpose.BRIDGE: settings.bridge_token_ttl_s,
             },
             max_task_ttl_s=settings.max_task_ttl_s,
+            max_live_per_org=settings.max_live_tasks_per_org,
             auth_failures=self.metrics.auth_failures,
         )
         self.redactor = Redactor(

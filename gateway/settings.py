@@ -9,8 +9,9 @@ from __future__ import annotations
 import secrets
 from pathlib import Path
 from typing import Annotated
+from urllib.parse import urlsplit
 
-from pydantic import Field, field_validator
+from pydantic import Field, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from gateway.origins import OriginError, normalize_origin
@@ -32,6 +33,14 @@ class Settings(BaseSettings):
     data_dir: Path = Path("./var/gateway")
     database_url: str | None = None
     db_synchronous: str = Field(default="NORMAL", pattern="^(?i)(OFF|NORMAL|FULL|EXTRA)$")
+    # Where artifact bytes go: the data dir (unset), or `s3://bucket/prefix`, with
+    # `artifacts_endpoint_url` for an S3-compatible server; credentials and region come from
+    # boto3's usual sources (AWS_* variables, its config files). Changing it moves no bytes.
+    # A task keeps at most `max_artifacts_per_task` artifacts; past it a new one is refused,
+    # none is dropped.
+    artifacts_url: str | None = None
+    artifacts_endpoint_url: str | None = None
+    max_artifacts_per_task: int = Field(default=1000, ge=1)
     secret_keys: Annotated[list[str], NoDecode] = Field(default_factory=list)
     control_key: str | None = None
     dashboard_origins: Annotated[list[str], NoDecode] = Field(default_factory=list)
@@ -54,6 +63,14 @@ class Settings(BaseSettings):
     browser_launch_at_start: bool = True
     browser_user: str | None = None
     browser_snapshot_max_chars: int = Field(default=24000, ge=1000, le=1_000_000)
+    # Browser actions running at once per Chromium process; the others wait their turn, and
+    # a call that could not get one before its deadline is `unavailable`/`overloaded` at
+    # once (gateway/browser/admission.py; the default is measured in docs/task-browser.md).
+    browser_actions_per_process: int = Field(default=1, ge=1, le=64)
+    # Calls that may wait per action slot before more are turned away: 1 keeps an admitted
+    # call's latency within a few times an idle one's under steady overload; more lets a
+    # burst of tasks acting at the same moment wait instead of being told to retry.
+    browser_waiting_per_slot: int = Field(default=1, ge=0, le=256)
     tab_token_ttl_s: int = Field(default=900, ge=1, le=3600)
     agent_token_ttl_s: int = Field(default=900, ge=1, le=3600)
     bridge_token_ttl_s: int = Field(default=900, ge=1, le=3600)
@@ -61,6 +78,12 @@ class Settings(BaseSettings):
     # Events (not calls) a task may leave in evidence; past it they are counted, not kept.
     evidence_max_events_per_task: int = Field(default=10_000, ge=10)
     max_body_bytes: int = Field(default=1024 * 1024, ge=1024)
+    # Quotas. A task's workspace holds at most this many bytes (of file contents) and
+    # entries (files and directories alike: a directory costs an inode and a block too); an
+    # organization has at most this many live tasks at once.
+    workspace_max_bytes: int = Field(default=256 * 1024 * 1024, ge=1)
+    workspace_max_files: int = Field(default=10_000, ge=1)
+    max_live_tasks_per_org: int = Field(default=100, ge=1)
     example: bool = True
     example_port: int = Field(default=8001, ge=0, le=65535)
     # Host values every route answers (`name`, `name:port`, `name:*`, or `*`). Empty: the
@@ -85,6 +108,18 @@ class Settings(BaseSettings):
     @classmethod
     def _mcp_lists(cls, value: object) -> object:
         return _split(value)
+
+    @field_validator("artifacts_url", "artifacts_endpoint_url", mode="before")
+    @classmethod
+    def _artifacts(cls, value: object, info: ValidationInfo) -> object:
+        if isinstance(value, str) and not value.strip():
+            return None  # an empty variable means "not set": the data dir
+        if info.field_name == "artifacts_url" and isinstance(value, str):
+            # The one shape gateway.store.objects can use: a bucket, and a prefix or none.
+            parts = urlsplit(value)
+            if parts.scheme != "s3" or not parts.netloc or parts.query or parts.fragment:
+                raise ValueError("artifacts_url must be s3://bucket or s3://bucket/prefix")
+        return value
 
     @field_validator("dashboard_origins", mode="before")
     @classmethod

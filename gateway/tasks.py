@@ -4,7 +4,8 @@ A task's identity is captured here, from the control plane's request, and stored
 verification returns that stored identity, never anything the caller sent. Ending a task
 is one durable revocation row; every token of the task fails from then on, across
 restarts. Other parts (tab channels, browsers) subscribe to task ends to release what
-they hold for it.
+they hold for it. An organization holds at most `max_live_per_org` live tasks at once
+(`gateway/task_quota.py`); a create past it is refused before anything is stored.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from gateway.approvals.policy import ApprovalPolicy
 from gateway.errors import AuthError, NotFound, TokenExpired, TokenRevoked
 from gateway.identity import Actor, Budget, Name, Sandbox, Scope, TaskIdentity, ToolPattern
 from gateway.store.database import Store, TaskRecord
+from gateway.task_quota import LiveTaskQuota
 from gateway.tokens import Purpose, TokenClaims, TokenService
 
 log = logging.getLogger(__name__)
@@ -63,6 +65,7 @@ class TaskService:
         *,
         ttl_by_purpose: dict[Purpose, int],
         max_task_ttl_s: int = 3600,
+        max_live_per_org: int | None = None,
         clock: Callable[[], float] = time.time,
         auth_failures: Counter | None = None,
     ) -> None:
@@ -79,6 +82,7 @@ class TaskService:
         self._end_listeners: list[EndListener] = []
         self._expired: set[str] = set()  # expiries already announced to listeners
         self._forget_after_s = 3600.0
+        self._quota = LiveTaskQuota(store, max_live_per_org) if max_live_per_org else None
 
     async def load(self) -> None:
         """Warm the cache with the tasks that are still live (after a restart)."""
@@ -144,9 +148,23 @@ class TaskService:
             created_at=now,
             expires_at=now + timedelta(seconds=ttl),
         )
-        await self.store.insert_task(identity)
-        self._cache[identity.task_id] = TaskRecord(identity, None, None)
+        if self._quota is None:
+            await self._insert(identity)
+        else:
+            async with self._quota.admit(identity.org_id, self._clock()):
+                await self._insert(identity)
         return identity, self.mint_all(identity)
+
+    async def _insert(self, identity: TaskIdentity) -> None:
+        insert = asyncio.ensure_future(self.store.insert_task(identity))
+        try:
+            await asyncio.shield(insert)
+        except asyncio.CancelledError:
+            # The row may still be committed after its caller gave up. Wait for it while
+            # the organization's slot check is still held, so the next count sees it.
+            await asyncio.wait({insert})
+            raise
+        self._cache[identity.task_id] = TaskRecord(identity, None, None)
 
     def mint_all(self, identity: TaskIdentity) -> dict[str, str]:
         return {purpose.value: self.mint(identity, purpose) for purpose in Purpose}

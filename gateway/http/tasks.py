@@ -4,7 +4,7 @@ A task's approvals (`/v1/tasks/{id}/approvals`) are served with it."""
 from __future__ import annotations
 
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import BaseRoute, Route
 
 from gateway.errors import NotFound
@@ -79,11 +79,15 @@ def routes(gw: Gateway) -> list[BaseRoute]:
         ref = await gw.store.get_artifact(request.path_params["artifact_id"])
         if reader is not None and reader.task_id != ref.task_id:
             raise NotFound("no such artifact")
-        data = await gw.store.read_artifact(ref)
-        return Response(
-            data,
+        # Streamed: the gateway never holds a large artifact whole. A missing object is an
+        # error answer here, before the first byte; a stream whose bytes turn out wrong is cut
+        # short, which Content-Length lets any client notice.
+        chunks = await gw.store.stream_artifact(ref)
+        return StreamingResponse(
+            chunks,
             media_type=ref.media_type,
             headers={
+                "Content-Length": str(ref.size),
                 "X-Content-SHA256": ref.sha256,
                 "Content-Disposition": f'attachment; filename="{ref.id}"',
                 "X-Content-Type-Options": "nosniff",

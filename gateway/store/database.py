@@ -21,32 +21,31 @@ import queue
 import secrets
 import threading
 import time
-from collections.abc import Mapping, Sequence
+import weakref
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from sqlalchemy import (
-    Connection,
     Table,
     bindparam,
     create_engine,
     event,
     func,
     insert,
-    inspect,
     make_url,
     select,
-    text,
     update,
 )
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
-from gateway.errors import NotFound, StorageError
+from gateway.errors import ArtifactMissing, NotFound, QuotaExceeded, StorageError
 from gateway.identity import TaskIdentity
-from gateway.private_files import private_dir, private_file, write_private
-from gateway.store import schema
+from gateway.private_files import private_dir, private_file
+from gateway.store import migrate, schema
+from gateway.store.objects import LocalObjects, ObjectMissing, ObjectReader, ObjectStore, Placement
 
 
 @dataclass(frozen=True)
@@ -146,7 +145,8 @@ class _Writer:
     def __init__(self, url: str, synchronous: str | None) -> None:
         self._engine = create_engine(url)
         if synchronous is not None:
-            event.listen(self._engine, "connect", _sqlite_pragmas(synchronous))
+            pragmas = _sqlite_pragmas if self._engine.dialect.name == "sqlite" else _pg_commit
+            event.listen(self._engine, "connect", pragmas(synchronous))
         self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._thread = threading.Thread(target=self._run, name="evidence-writer", daemon=True)
         self._compiled: dict[tuple[str, tuple[str, ...]], tuple[str, tuple[str, ...] | None]] = {}
@@ -265,6 +265,21 @@ class _Writer:
             pending.settle(None)
 
 
+def _pg_commit(synchronous: str) -> Any:
+    """PostgreSQL's commit waits for its WAL flush unless told otherwise (`OFF`, `NORMAL`:
+    the writer's commits are asynchronous, lost only if the database server itself stops
+    within a fraction of a second, as SQLite's `NORMAL` loses them only to a power cut)."""
+    setting = "on" if synchronous in ("FULL", "EXTRA") else "off"
+
+    def apply(dbapi_conn: Any, _record: Any) -> None:
+        cur = dbapi_conn.cursor()
+        cur.execute(f"SET synchronous_commit = {setting}")
+        cur.close()
+        dbapi_conn.commit()
+
+    return apply
+
+
 def _sqlite_pragmas(synchronous: str) -> Any:
     def apply(dbapi_conn: Any, _record: Any) -> None:
         cur = dbapi_conn.cursor()
@@ -274,11 +289,6 @@ def _sqlite_pragmas(synchronous: str) -> Any:
         cur.close()
 
     return apply
-
-
-def _sync_url(url: str) -> str:
-    """The same database through a blocking driver, for the writer thread."""
-    return url.replace("+aiosqlite", "").replace("+asyncpg", "+psycopg")
 
 
 def new_id(prefix: str) -> str:
@@ -298,22 +308,29 @@ class IdempotentResult:
     input_sha256: str | None  # None for rows kept before inputs were recorded
 
 
-def _add_missing_columns(conn: Connection) -> None:
-    tables = inspect(conn)
-    for table, column in schema.ADDED_COLUMNS:
-        if column not in {c["name"] for c in tables.get_columns(table)}:
-            # The column's type as the table declares it, in this database's dialect.
-            ddl_type = schema.metadata.tables[table].c[column].type.compile(dialect=conn.dialect)
-            conn.execute(text(f"ALTER TABLE {table} ADD COLUMN {column} {ddl_type}"))
-
-
 class Store:
-    def __init__(self, url: str, data_dir: Path, *, synchronous: str = "NORMAL") -> None:
+    def __init__(
+        self,
+        url: str,
+        data_dir: Path,
+        *,
+        synchronous: str = "NORMAL",
+        objects: ObjectStore | None = None,
+        max_artifacts_per_task: int = 1000,
+    ) -> None:
         self.url = url
         self.data_dir = data_dir
         self._synchronous = synchronous.upper()
         self._engine: AsyncEngine | None = None
         self._writer: _Writer | None = None
+        # Where artifact bytes live (gateway.store.objects); the rows stay here.
+        self.objects: ObjectStore = objects if objects is not None else LocalObjects(data_dir)
+        self.max_artifacts_per_task = max_artifacts_per_task
+        # One turn at a time per task for storing artifacts (the quota's count); a lock lives
+        # while someone holds or awaits it.
+        self._artifact_locks: weakref.WeakValueDictionary[str, asyncio.Lock] = (
+            weakref.WeakValueDictionary()
+        )
 
     @property
     def engine(self) -> AsyncEngine:
@@ -336,11 +353,10 @@ class Store:
                     private_file(path)
             event.listen(engine.sync_engine, "connect", _sqlite_pragmas(self._synchronous))
 
-        async with engine.begin() as conn:
-            await conn.run_sync(schema.metadata.create_all)
-            await conn.run_sync(_add_missing_columns)
+        # The schema is Alembic's: brought to this release's head before anything is read.
+        await asyncio.to_thread(migrate.upgrade, self.url)
         self._engine = engine
-        self._writer = _Writer(_sync_url(self.url), self._synchronous if self.is_sqlite else None)
+        self._writer = _Writer(migrate.sync_url(self.url), self._synchronous)
         self._writer.start()
 
     async def close(self) -> None:
@@ -351,6 +367,7 @@ class Store:
         if self._engine is not None:
             await self._engine.dispose()
             self._engine = None
+        await self.objects.close()
 
     @property
     def batches(self) -> int:
@@ -429,6 +446,27 @@ class Store:
         async with self.engine.connect() as conn:
             rows = (await conn.execute(query)).all()
         return [TaskRecord(TaskIdentity.model_validate_json(r[0]), None, None) for r in rows]
+
+    async def live_task_count(self, org_id: str, now: float) -> int:
+        """How many of `org_id`'s tasks have neither ended nor expired at `now`."""
+        query = (
+            select(func.count())
+            .select_from(
+                schema.tasks.outerjoin(
+                    schema.revocations, schema.tasks.c.task_id == schema.revocations.c.task_id
+                )
+            )
+            .where(
+                schema.tasks.c.org_id == org_id,
+                schema.revocations.c.task_id.is_(None),
+                schema.tasks.c.expires_at > now,
+            )
+        )
+        try:
+            async with self.engine.connect() as conn:
+                return int((await conn.execute(query)).scalar_one())
+        except SQLAlchemyError as exc:
+            raise StorageError(f"counting live tasks failed: {exc}") from exc
 
     async def revoke_task(self, task_id: str, reason: str) -> bool:
         """Record the task's end; False when it had already ended (idempotent)."""
@@ -694,39 +732,71 @@ class Store:
     async def put_artifact(
         self, identity: TaskIdentity, data: bytes, *, name: str, media_type: str
     ) -> ArtifactRef:
-        artifact_id = new_id("art")
-        rel = Path("artifacts") / identity.org_id / identity.task_id / artifact_id
-        path = self.data_dir / rel
-        await asyncio.to_thread(write_private, path, data)
-        ref = ArtifactRef(
-            id=artifact_id,
-            task_id=identity.task_id,
-            org_id=identity.org_id,
-            name=name[:256],
-            media_type=media_type,
-            size=len(data),
-            sha256=hashlib.sha256(data).hexdigest(),
-            path=str(rel),
-        )
-        await self.commit(
-            [
-                (
-                    schema.artifacts,
-                    {
-                        "id": ref.id,
-                        "task_id": ref.task_id,
-                        "org_id": ref.org_id,
-                        "name": ref.name,
-                        "media_type": ref.media_type,
-                        "size": ref.size,
-                        "sha256": ref.sha256,
-                        "path": ref.path,
-                        "created_at": time.time(),
-                    },
-                )
-            ]
-        )
+        """Keep `data` as an artifact of the task. Its bytes are stored before its row is
+        committed: a crash in between leaves bytes nobody refers to, never a row without
+        bytes. Refused (`QuotaExceeded`) once the task holds `max_artifacts_per_task`."""
+        # Off the event loop: a trace can be tens of megabytes (hashlib lets go of the GIL).
+        sha256 = (await asyncio.to_thread(hashlib.sha256, data)).hexdigest()
+        async with self._artifact_slot(identity):
+            artifact_id = new_id("art")
+            path = await self.objects.put(
+                Placement(identity.org_id, identity.task_id, artifact_id, sha256), data
+            )
+            ref = ArtifactRef(
+                id=artifact_id,
+                task_id=identity.task_id,
+                org_id=identity.org_id,
+                name=name[:256],
+                media_type=media_type,
+                size=len(data),
+                sha256=sha256,
+                path=path,
+            )
+            await self.commit(
+                [
+                    (
+                        schema.artifacts,
+                        {
+                            "id": ref.id,
+                            "task_id": ref.task_id,
+                            "org_id": ref.org_id,
+                            "name": ref.name,
+                            "media_type": ref.media_type,
+                            "size": ref.size,
+                            "sha256": ref.sha256,
+                            "path": ref.path,
+                            "created_at": time.time(),
+                        },
+                    )
+                ]
+            )
         return ref
+
+    @contextlib.asynccontextmanager
+    async def _artifact_slot(self, identity: TaskIdentity) -> AsyncIterator[None]:
+        """Room for one more artifact of the task, within its quota. A task's puts take turns
+        from the count to the commit, so two at once cannot both take the last place. The
+        turns are this process's: gateways sharing a database may each let one through."""
+        lock = self._artifact_locks.setdefault(identity.task_id, asyncio.Lock())
+        async with lock:
+            current = await self.artifact_count(identity.org_id, identity.task_id)
+            limit = self.max_artifacts_per_task
+            if current >= limit:
+                raise QuotaExceeded(
+                    f"this task already holds {current} artifacts, its limit of {limit}; "
+                    "the ones it holds are kept",
+                    details={"limit": limit, "current": current},
+                )
+            yield
+
+    async def artifact_count(self, org_id: str, task_id: str) -> int:
+        art = schema.artifacts
+        query = select(func.count()).where(art.c.org_id == org_id, art.c.task_id == task_id)
+        try:
+            async with self.engine.connect() as conn:
+                return int((await conn.execute(query)).scalar_one())
+        except SQLAlchemyError as exc:
+            raise StorageError(f"counting artifacts failed: {exc}") from exc
 
     async def get_artifact(self, artifact_id: str) -> ArtifactRef:
         art = schema.artifacts
@@ -753,10 +823,77 @@ class Store:
         return [_artifact_ref(row) for row in rows]
 
     async def read_artifact(self, ref: ArtifactRef) -> bytes:
-        data = await asyncio.to_thread((self.data_dir / ref.path).read_bytes)
-        if hashlib.sha256(data).hexdigest() != ref.sha256:
-            raise StorageError("artifact bytes do not match their recorded sha256")
-        return data
+        """The artifact's bytes, whole, checked against its sha256."""
+        return b"".join([chunk async for chunk in await self.stream_artifact(ref)])
+
+    async def stream_artifact(self, ref: ArtifactRef) -> AsyncIterator[bytes]:
+        """The artifact's bytes in chunks, checked against its sha256 on the way.
+
+        The object is opened, and its first chunk read, before this returns: a missing
+        object (`ArtifactMissing`), one of the wrong size, or a one-chunk object with the
+        wrong bytes fail here, while the caller can still answer with an error. A longer
+        object is checked as it streams and its last chunk is handed on only once every byte
+        matched: no reader gets the whole of wrong bytes (an HTTP answer ends short)."""
+        try:
+            reader = await self.objects.open(ref.path)
+        except ObjectMissing as exc:
+            raise ArtifactMissing(ref.id) from exc
+        check = _Check(ref)
+        try:
+            if reader.size != ref.size:
+                raise check.mismatch()
+            held = check.take(await reader.read())
+            following = check.take(await reader.read()) if held else b""
+        except BaseException:
+            reader.close()
+            raise
+        chunks = _checked_chunks(reader, check, held, following)
+        # A stream dropped before its first chunk (its reader left first) never runs its
+        # `finally`: the object is let go of when the stream is collected, then.
+        weakref.finalize(chunks, reader.close)
+        return chunks
+
+
+class _Check:
+    """An artifact's bytes, counted and hashed as they pass; the end (an empty chunk) is
+    let through only if they are exactly the recorded ones."""
+
+    def __init__(self, ref: ArtifactRef) -> None:
+        self.ref = ref
+        self._digest = hashlib.sha256()
+        self._seen = 0
+
+    def take(self, chunk: bytes) -> bytes:
+        self._seen += len(chunk)
+        if self._seen > self.ref.size:
+            raise self.mismatch()
+        if chunk:
+            self._digest.update(chunk)
+        elif self._seen != self.ref.size or self._digest.hexdigest() != self.ref.sha256:
+            raise self.mismatch()
+        return chunk
+
+    def mismatch(self) -> StorageError:
+        return StorageError(
+            f"the bytes of artifact {self.ref.id} do not match their recorded sha256",
+            retryable=False,
+            details={"artifact_id": self.ref.id},
+        )
+
+
+async def _checked_chunks(
+    reader: ObjectReader, check: _Check, held: bytes, following: bytes
+) -> AsyncIterator[bytes]:
+    # One chunk is always held back: the last is handed on only after the empty read that
+    # follows it passed the check.
+    try:
+        while following:
+            yield held
+            held, following = following, check.take(await reader.read())
+        if held:
+            yield held
+    finally:
+        reader.close()
 
 
 def _artifact_ref(row: Any) -> ArtifactRef:

@@ -2,7 +2,8 @@
 
 Plain blocking functions (the tools run them in a worker thread). Every path goes through
 `split_path` and descriptor-relative opens, results name files by their workspace-relative
-path only (never a host path), and every size is bounded.
+path only (never a host path), and every size is bounded. A write or edit is charged
+against the workspace's quota (`quota.py`) before it changes anything on disk.
 """
 
 from __future__ import annotations
@@ -17,7 +18,8 @@ from typing import Any
 
 from gateway.errors import ToolFailure
 from gateway.results import ErrorCode, ToolStatus
-from gateway.workspace.paths import Workspace, forbidden, split_path
+from gateway.workspace.paths import Workspace, forbidden, not_found, split_path
+from gateway.workspace.quota import Change, unlimited
 
 READ_MAX_BYTES = 256 * 1024
 WRITE_MAX_BYTES = 192 * 1024
@@ -30,6 +32,13 @@ SEARCH_LINE_CHARS = 400
 
 def _display(parts: list[str]) -> str:
     return "/".join(parts) or "."
+
+
+def _changing(ws: Workspace) -> contextlib.AbstractContextManager[Change]:
+    """The workspace's quota held for one change (none for a workspace without one)."""
+    if ws.quota is None:
+        return contextlib.nullcontext(unlimited())
+    return ws.quota.change(ws.root)
 
 
 def _conflict(message: str) -> ToolFailure:
@@ -84,14 +93,18 @@ def read(ws: Workspace, path: str, offset: int = 0, limit: int = READ_MAX_BYTES)
     }
 
 
+def _replaceable(existing: os.stat_result | None, display: str) -> None:
+    if existing is not None and (not stat.S_ISREG(existing.st_mode) or existing.st_nlink > 1):
+        raise forbidden(f"{display!r} is not a regular file of the workspace")
+
+
 def _replace_file(dir_fd: int, name: str, data: bytes, display: str) -> bool:
     """Write `data` as `name` atomically (temp file, fsync, rename); True if it is new."""
     try:
         existing = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
     except FileNotFoundError:
         existing = None
-    if existing is not None and (not stat.S_ISREG(existing.st_mode) or existing.st_nlink > 1):
-        raise forbidden(f"{display!r} is not a regular file of the workspace")
+    _replaceable(existing, display)
     tmp = f".{name[:200]}.{secrets.token_hex(6)}.tmp"
     fd = os.open(
         tmp,
@@ -122,8 +135,18 @@ def write(ws: Workspace, path: str, contents: str, create_dirs: bool = True) -> 
             ErrorCode.PAYLOAD_TOO_LARGE,
             f"contents are {len(data)} bytes; at most {WRITE_MAX_BYTES}",
         )
-    with ws.directory(parts[:-1], create=create_dirs) as dir_fd:
-        created = _replace_file(dir_fd, parts[-1], data, display)
+    with _changing(ws) as change:
+        missing_dirs, existing = ws.probe(parts)
+        if missing_dirs and not create_dirs:
+            raise not_found(_display(parts[:-1]))
+        _replaceable(existing, display)
+        change.charge(
+            f"writing {len(data)} bytes to {display!r}",
+            add_bytes=len(data) - (existing.st_size if existing is not None else 0),
+            add_files=missing_dirs + (1 if existing is None else 0),
+        )
+        with ws.directory(parts[:-1], create=create_dirs) as dir_fd:
+            created = _replace_file(dir_fd, parts[-1], data, display)
     return {
         "path": display,
         "size": len(data),
@@ -142,7 +165,8 @@ def edit(
 ) -> dict[str, Any]:
     parts = split_path(path)
     display = _display(parts)
-    with ws.directory(parts[:-1]) as dir_fd:
+    # One change from the read to the rename: the size it charges is the one it replaces.
+    with _changing(ws) as change, ws.directory(parts[:-1]) as dir_fd:
         fd = Workspace.open_file(dir_fd, parts[-1], os.O_RDONLY, display)
         try:
             data = _read_all(fd, EDIT_MAX_FILE_BYTES, display)
@@ -170,6 +194,11 @@ def edit(
             raise ToolFailure(
                 ToolStatus.FAILED, ErrorCode.PAYLOAD_TOO_LARGE, "the edited file is too large"
             )
+        change.charge(
+            f"editing {display!r} from {len(data)} to {len(out)} bytes",
+            add_bytes=len(out) - len(data),
+            add_files=0,
+        )
         _replace_file(dir_fd, parts[-1], out, display)
     return {
         "path": display,

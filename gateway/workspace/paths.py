@@ -26,6 +26,7 @@ from gateway.errors import ToolFailure
 from gateway.identity import TaskIdentity
 from gateway.private_files import private_dir
 from gateway.results import ErrorCode, ToolStatus
+from gateway.workspace.quota import Tally
 
 MAX_PATH_CHARS = 1024
 MAX_COMPONENT_BYTES = 255
@@ -76,10 +77,12 @@ def split_path(path: str, *, allow_root: bool = False) -> list[str]:
 
 
 class Workspace:
-    """One task's directory; every method takes a hostile relative path."""
+    """One task's directory; every method takes a hostile relative path. `quota`, when
+    given, is the workspace's tally that every write and edit is charged against."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, quota: Tally | None = None) -> None:
         self.root = root
+        self.quota = quota
 
     def ensure(self) -> None:
         if not self.root.is_dir():
@@ -105,6 +108,28 @@ class Workspace:
                 yield fd
             finally:
                 os.close(fd)
+
+    def probe(self, parts: list[str]) -> tuple[int, os.stat_result | None]:
+        """What writing the file `parts` would add, found without creating anything: how
+        many of its directories are missing, and the file as it is (None if absent)."""
+        try:
+            fd = os.open(self.root, _DIR_FLAGS)
+        except FileNotFoundError:
+            return len(parts) - 1, None
+        try:
+            for depth, part in enumerate(parts[:-1]):
+                try:
+                    fd = self._step(fd, part, create=False)
+                except ToolFailure as exc:
+                    if exc.code != ErrorCode.NOT_FOUND:
+                        raise
+                    return len(parts) - 1 - depth, None
+            try:
+                return 0, os.stat(parts[-1], dir_fd=fd, follow_symlinks=False)
+            except FileNotFoundError:
+                return 0, None
+        finally:
+            os.close(fd)
 
     @staticmethod
     def _step(fd: int, part: str, create: bool) -> int:

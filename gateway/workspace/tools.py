@@ -3,7 +3,8 @@
 
 Each task has its own directory under the data dir (`workspaces/o_<org>/<task>`); a tool
 only ever sees the calling task's directory, chosen from the task identity on the server,
-never from the input.
+never from the input. Each directory has a quota (`GATEWAY_WORKSPACE_MAX_BYTES`,
+`GATEWAY_WORKSPACE_MAX_FILES`) that writes and edits are charged against.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from gateway.registry import Registry, Tool, ToolAnnotations, ToolContext
 from gateway.runtime import Gateway
 from gateway.workspace import files
 from gateway.workspace.paths import MAX_PATH_CHARS, Workspace, workspace_dir
+from gateway.workspace.quota import Limits, Tally
 
 READ_SCOPE = "workspace:read"
 WRITE_SCOPE = "workspace:write"
@@ -28,13 +30,26 @@ WorkspacePath = Annotated[str, StringConstraints(min_length=1, max_length=MAX_PA
 
 
 class Workspaces:
-    """The service that maps a task identity to its workspace directory."""
+    """The service that maps a task identity to its workspace directory (and its quota)."""
 
-    def __init__(self, data_dir: Path) -> None:
+    def __init__(self, data_dir: Path, limits: Limits | None = None) -> None:
         self.data_dir = data_dir
+        self.limits = limits
+        # One tally per task with a workspace in use, so every call of a task is charged
+        # against the same count; dropped when the task ends (no call can come after).
+        self._tallies: dict[str, Tally] = {}
 
     def for_task(self, identity: TaskIdentity) -> Workspace:
-        return Workspace(workspace_dir(self.data_dir, identity))
+        root = workspace_dir(self.data_dir, identity)
+        if self.limits is None:
+            return Workspace(root)
+        tally = self._tallies.get(identity.task_id)
+        if tally is None:
+            tally = self._tallies[identity.task_id] = Tally(self.limits)
+        return Workspace(root, tally)
+
+    async def task_ended(self, task_id: str, _reason: str) -> None:
+        self._tallies.pop(task_id, None)
 
 
 class _Input(BaseModel):
@@ -152,6 +167,9 @@ def register(registry: Registry) -> None:
 
 def install(gw: Gateway) -> list[BaseRoute]:
     """The workspace extension: the service and the four tools; no routes of its own."""
-    gw.services.provide(Workspaces, Workspaces(gw.settings.data_dir))
+    limits = Limits(gw.settings.workspace_max_bytes, gw.settings.workspace_max_files)
+    workspaces = Workspaces(gw.settings.data_dir, limits)
+    gw.services.provide(Workspaces, workspaces)
+    gw.tasks.on_end(workspaces.task_ended)
     register(gw.registry)
     return []
