@@ -216,7 +216,14 @@ class Ours:
         client, leave = await _hold(door)
 
         async def call(tool: str, data: dict[str, Any]) -> str:
-            return _text(await client.call_tool(tool, data))
+            # Sessions at once beyond the browser's action slots are turned away as
+            # `overloaded`: made again after the time named, as the contract asks of a client.
+            while True:
+                result = await client.call_tool(tool, data)
+                error = (result.structured_content or {}).get("error") or {}
+                if error.get("code") != "overloaded":
+                    return _text(result)
+                await asyncio.sleep(error["details"]["retry_after_s"])
 
         async def close() -> None:
             await leave()

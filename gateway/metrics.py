@@ -51,6 +51,14 @@ class Metrics:
             ["purpose", "code"],
             registry=self.registry,
         )
+        # Calls turned away at once because a resource was overloaded (they ran nothing
+        # and are retryable), by resource: `browser` (the task browser's action slots).
+        self.calls_shed = Counter(
+            "gateway_calls_shed",
+            "Calls refused as overloaded before they ran, by resource",
+            ["resource"],
+            registry=self.registry,
+        )
         self.storage_failures = Counter(
             "gateway_storage_failures",
             "Evidence writes that failed",

@@ -113,6 +113,10 @@ class _Pause:
             self.total += asyncio.get_running_loop().time() - self._since
             self.resumed.set()
 
+    def paused_for(self, now: float) -> float:
+        """Seconds paused so far, the pause under way included."""
+        return self.total + (now - self._since if self._active else 0.0)
+
     def counts(self) -> bool:
         """Whether the deadline is paused now (a person is being asked), or was moved."""
         return self._active > 0
@@ -460,11 +464,14 @@ class Pipeline:
         cancel: asyncio.Event | None,
         asking: _Asking,
     ) -> tuple[Any, bool]:
-        handler = asyncio.ensure_future(tool.handler(context, args))
-        waiter = asyncio.ensure_future(cancel.wait()) if cancel is not None else None
         pause = asking.pause
         loop = asyncio.get_running_loop()
         deadline = loop.time() + tool.timeout_s
+        # What the handler sees of its deadline (a browser action is not started without
+        # time to finish it): the same clock and pauses as the wait below.
+        context.remaining = lambda: deadline + pause.paused_for(loop.time()) - loop.time()
+        handler = asyncio.ensure_future(tool.handler(context, args))
+        waiter = asyncio.ensure_future(cancel.wait()) if cancel is not None else None
         try:
             while True:
                 done, _ = await asyncio.wait(

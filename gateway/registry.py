@@ -7,6 +7,7 @@ pipeline authorizes every call again, whatever the caller was shown).
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Awaitable, Callable, Iterable, Iterator
 from dataclasses import dataclass, field
@@ -85,6 +86,14 @@ class ToolContext:
     # Who approved this call, when a person had to (`{"id", "role"}`), so a product can act
     # on the approver's authority (an admin approving a member's save); None otherwise.
     approved_by: dict[str, str] | None = None
+    # Set by the pipeline as the handler starts: the seconds left before this call's
+    # deadline (the tool's `timeout_s`, paused while a person is asked). None: no deadline.
+    remaining: Callable[[], float] | None = None
+
+    def time_left(self) -> float:
+        """Seconds until this call's deadline (infinite for a handler run without one), so
+        a handler can decline work it has no time left to finish."""
+        return math.inf if self.remaining is None else max(0.0, self.remaining())
 
     def secret(self, input_field: str) -> None:
         """Keep this input field's value out of the call's evidence (a password, a key)."""

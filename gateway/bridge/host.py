@@ -47,6 +47,18 @@ def _denied(code: str, message: str) -> ToolFailure:
     return ToolFailure(ToolStatus.DENIED, code, message)
 
 
+def retry_after(result: ParentToolResult) -> int | None:
+    """The seconds to wait before asking again, for a call turned away as `overloaded`
+    (an HTTP client reads them as 503 and `Retry-After`); None for any other result."""
+    if result.error is None or result.error.code != ErrorCode.OVERLOADED:
+        return None
+    details = result.diagnostics.get("details")
+    value = details.get("retry_after_s") if isinstance(details, dict) else None
+    if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+        return value
+    return 1
+
+
 def _echo(body: Any, key: str, limit: int) -> str:
     """A field of a broken request, echoed only when it is a short plain string."""
     value = body.get(key) if isinstance(body, dict) else None
@@ -124,7 +136,8 @@ class ParentToolHost:
         # The transcript keeps the input as the call's evidence does: no secret typed into
         # a password field, no second copy of a large file.
         recorded = {**request.wire(), "input": outcome.recorded_input}
-        return 200, await self._finish(identity, token, recorded, result, outcome.call_id)
+        status = 503 if retry_after(result) is not None else 200
+        return status, await self._finish(identity, token, recorded, result, outcome.call_id)
 
     def _authorize(self, identity: TaskIdentity, request: ParentToolRequest) -> None:
         session = request.sandbox_session

@@ -5,8 +5,10 @@ Every answer is an envelope of the route's result schema, failures included: its
 level `error {code, message, retryable}` is also the gateway's usual error body, so a
 client that only knows the HTTP contract reads it the same way. HTTP status: 401 for a
 missing, bad, expired or revoked token (a token of another purpose is bad), 413 for an
-oversized body, 422 for a body that is not a valid request envelope, and 200 for every
-request that was decided, whatever the envelope's status says.
+oversized body, 422 for a body that is not a valid request envelope, 503 with
+`Retry-After` (seconds) for a parent-tool call turned away as `overloaded` (it ran
+nothing; ask again then), and 200 for every other request that was decided, whatever the
+envelope's status says.
 """
 
 from __future__ import annotations
@@ -20,16 +22,18 @@ from starlette.routing import BaseRoute, Route
 from gateway.bridge.delegation import DelegationService
 from gateway.bridge.delegation_envelopes import delegation_failure
 from gateway.bridge.envelopes import failure
-from gateway.bridge.host import ParentToolHost
+from gateway.bridge.host import ParentToolHost, retry_after
 from gateway.bridge.schemas import DELEGATIONS_PATH, PARENT_TOOLS_PATH
 from gateway.errors import AuthError, GatewayError
 from gateway.http.edge import Access, bearer, read_json
 from gateway.tokens import Purpose
 
 
-def _reply(status: int, body: dict[str, Any]) -> Response:
-    headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
-    return JSONResponse(body, status_code=status, headers=headers)
+def _reply(status: int, body: dict[str, Any], retry_after_s: int | None = None) -> Response:
+    headers = {"WWW-Authenticate": "Bearer"} if status == 401 else {}
+    if retry_after_s is not None:
+        headers["Retry-After"] = str(retry_after_s)
+    return JSONResponse(body, status_code=status, headers=headers or None)
 
 
 def routes(
@@ -46,7 +50,7 @@ def routes(
             result = failure("failed", str(exc.code), exc.message)
             return _reply(exc.http_status, result.wire())
         status, result = await host.handle(identity, bearer(request), body)
-        return _reply(status, result.wire())
+        return _reply(status, result.wire(), retry_after(result) if status == 503 else None)
 
     async def delegate(request: Request) -> Response:
         try:

@@ -38,6 +38,7 @@ def install(gw: Gateway) -> list[BaseRoute]:
         ),
         owns_processes=owns,
         metrics=gw.metrics.registry,
+        shed=gw.metrics.calls_shed.labels(resource="browser"),
     )
     gw.services.provide(BrowserPool, pool)
     tools.register(gw.registry, gw.settings)

@@ -6,6 +6,7 @@ idle for `browser_idle_s`. Live contexts are bounded by `max_contexts`: past the
 call is `unavailable`/`browser_unavailable` and retryable at once, it never waits. When a
 Chromium process dies, its tasks' next call says so (`browser_unavailable`, retryable) and
 the call after gets a fresh context on the relaunched process; other processes' tasks go on.
+Each process has its own admission of actions (`admission.py`), kept across relaunches.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import contextlib
 import logging
 import time
 from datetime import UTC, datetime
+from functools import partial
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
@@ -24,6 +26,7 @@ from gateway.identity import TaskIdentity
 from gateway.results import ErrorCode, ToolStatus
 from gateway.settings import Settings
 
+from .admission import Admission
 from .errors import browser_unavailable
 from .processes import BrowserProcess, BrowserProcesses
 from .session import BrowserSession, EvidenceSink
@@ -61,7 +64,9 @@ class BrowserPool:
         *,
         owns_processes: bool = True,
         metrics: CollectorRegistry | None = None,
+        shed: Counter | None = None,
     ) -> None:
+        """`shed`: the counter of calls turned away as overloaded (for this resource)."""
         self.settings = settings
         self.processes = processes
         self.sink = sink
@@ -79,6 +84,16 @@ class BrowserPool:
         self._closing = False
         self._starting = asyncio.Semaphore(STARTS_PER_PROCESS * processes.count)
         self.refused = 0
+        # By process index: a relaunched Chromium takes its place, queue and average.
+        self.admissions = [
+            Admission(
+                settings.browser_actions_per_process,
+                max_waiting=settings.browser_actions_per_process
+                * settings.browser_waiting_per_slot,
+                on_shed=shed.inc if shed is not None else None,
+            )
+            for _ in range(processes.count)
+        ]
         self._denials: Counter | None = None
         if metrics is not None:
             gauge = Gauge(
@@ -96,6 +111,14 @@ class BrowserPool:
                 "Browser calls refused because every context was in use",
                 registry=metrics,
             )
+            queue = Gauge(
+                "gateway_browser_queue",
+                "Browser calls waiting for an action slot, per Chromium process",
+                ["process"],
+                registry=metrics,
+            )
+            for index, admission in enumerate(self.admissions):
+                queue.labels(str(index)).set_function(partial(_queued, admission))
 
     # -- life -----------------------------------------------------------------------------
 
@@ -241,6 +264,7 @@ class BrowserPool:
                     snapshot_max_chars=self.settings.browser_snapshot_max_chars,
                     trace=self.settings.browser_trace,
                     keep_screenshots=self.settings.browser_screenshots,
+                    admission=self.admissions[process.index],
                 ),
                 OPEN_TIMEOUT_S,
             )
@@ -362,3 +386,7 @@ class BrowserPool:
         for task_id, at in list(self._ended.items()):
             if now - at > ENDED_MEMORY_S:
                 del self._ended[task_id]
+
+
+def _queued(admission: Admission) -> float:
+    return float(admission.queued)

@@ -8,6 +8,9 @@ and downloads refused (dialogs are dismissed by Playwright itself, since nothing
 for them). Every refusal is recorded as evidence, and the task's next call that returns
 (the one that caused it, or the one after a page did it alone) ends
 `denied`/`origin_blocked`.
+
+Each action (a tool's `run`, a screenshot) first takes a slot of its Chromium process's
+admission (`admission.py`); a call turned away there never reaches the page.
 """
 
 from __future__ import annotations
@@ -15,9 +18,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import tempfile
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -41,6 +45,7 @@ from gateway.results import ErrorCode, ToolStatus
 from gateway.store.database import ArtifactRef
 from gateway.task_log import Level
 
+from .admission import Admission
 from .errors import browser_unavailable, map_playwright_error
 from .guard_proxy import BlockedRequest, OriginProxy
 from .policy import BLANK, is_browser_service, page_url_allowed
@@ -95,8 +100,11 @@ class BrowserSession:
         snapshot_max_chars: int,
         trace: bool,
         keep_screenshots: bool = False,
+        admission: Admission | None = None,
     ) -> None:
         self.process = process
+        # The action slots of its process, shared with the process's other contexts.
+        self.admission = admission if admission is not None else Admission(1)
         self.context = context
         self.page = page
         self.proxy = proxy
@@ -142,6 +150,7 @@ class BrowserSession:
         snapshot_max_chars: int,
         trace: bool,
         keep_screenshots: bool = False,
+        admission: Admission | None = None,
     ) -> BrowserSession:
         """A fresh context and page that can reach nothing until `assign` names a task."""
         holder: list[BrowserSession] = []
@@ -175,6 +184,7 @@ class BrowserSession:
             snapshot_max_chars=snapshot_max_chars,
             trace=trace,
             keep_screenshots=keep_screenshots,
+            admission=admission,
         )
         holder.append(session)
         session._watch()
@@ -344,33 +354,63 @@ class BrowserSession:
         async with self.lock:
             if self.lost is not None:
                 raise self._gone()
-            self.last_used = time.monotonic()
-            error: ToolFailure | None = None
-            result: Any = None
-            try:
-                result = await action(self.page)
-            except ToolFailure as exc:
-                error = exc
-            except PlaywrightError as exc:
-                error = map_playwright_error(exc, browser_alive=self.process.alive)
-                if error.code == ErrorCode.BROWSER_UNAVAILABLE:
-                    self.lose("the browser process ended")
-            if self.lost is None:
-                await self._settle()
-            ctx.evidence["page"] = self.url[:2048]
-            if self.lost is not None:
-                raise self._gone()
-            pending, self._pending = self._pending, []
-            denied = self._denial(pending)
-            if denied is not None:
-                raise denied
-            if pending:
-                # Refused subresources: the page stayed on its origin; the call says so.
-                ctx.evidence["blocked"] = [v.public() for v in pending][:20]
-            if error is not None:
-                raise error
-            self.last_used = time.monotonic()
-            return result  # type: ignore[no-any-return]
+            async with self._admitted(ctx.time_left(), ctx.evidence):
+                return await self._act(ctx, action)
+
+    async def _act(self, ctx: ToolContext, action: Callable[[Page], Awaitable[T]]) -> T:
+        """The action on the page, the settle after it, and the guard's verdict."""
+        # The process may have died while the call waited for its slot.
+        if self.lost is not None:
+            raise self._gone()
+        self.last_used = time.monotonic()
+        error: ToolFailure | None = None
+        result: Any = None
+        try:
+            result = await action(self.page)
+        except ToolFailure as exc:
+            error = exc
+        except PlaywrightError as exc:
+            error = map_playwright_error(exc, browser_alive=self.process.alive)
+            if error.code == ErrorCode.BROWSER_UNAVAILABLE:
+                self.lose("the browser process ended")
+        if self.lost is None:
+            await self._settle()
+        ctx.evidence["page"] = self.url[:2048]
+        if self.lost is not None:
+            raise self._gone()
+        pending, self._pending = self._pending, []
+        denied = self._denial(pending)
+        if denied is not None:
+            raise denied
+        if pending:
+            # Refused subresources: the page stayed on its origin; the call says so.
+            ctx.evidence["blocked"] = [v.public() for v in pending][:20]
+        if error is not None:
+            raise error
+        self.last_used = time.monotonic()
+        return result  # type: ignore[no-any-return]
+
+    @contextlib.asynccontextmanager
+    async def _admitted(
+        self, time_left: float, evidence: dict[str, Any] | None = None
+    ) -> AsyncIterator[None]:
+        """Hold one of the process's action slots for what the block does to the page. A
+        call turned away (`overloaded`) has not touched the page; its evidence says so,
+        with the page as it was."""
+        try:
+            waited = await self.admission.acquire(time_left)
+        except ToolFailure:
+            if evidence is not None:
+                evidence["page"] = self.url[:2048]
+                evidence["admission"] = {"shed": True}
+            raise
+        if evidence is not None and waited > 0:
+            evidence["admission"] = {"waited_ms": round(waited * 1000, 1)}
+        started = time.monotonic()
+        try:
+            yield
+        finally:
+            self.admission.release(time.monotonic() - started)
 
     async def _settle(self) -> None:
         """Let the action's direct consequences (popups, a restore) finish before judging."""
@@ -400,19 +440,25 @@ class BrowserSession:
 
     # -- screenshots --------------------------------------------------------------------
 
-    async def screenshot(self, timeout_ms: float = SCREENSHOT_TIMEOUT_MS) -> bytes:
-        """A PNG of the page, taken under the session's lock (never mid-action)."""
+    async def screenshot(
+        self, timeout_ms: float = SCREENSHOT_TIMEOUT_MS, *, time_left: float = math.inf
+    ) -> bytes:
+        """A PNG of the page, taken under the session's lock (never mid-action) and in one
+        of the process's action slots."""
         async with self.lock:
             if self.lost is not None:
                 raise self._gone()
-            try:
-                return await self.page.screenshot(type="png", timeout=timeout_ms)
-            except PlaywrightError as exc:
-                raise map_playwright_error(exc, browser_alive=self.process.alive) from None
+            async with self._admitted(time_left):
+                try:
+                    return await self.page.screenshot(type="png", timeout=timeout_ms)
+                except PlaywrightError as exc:
+                    raise map_playwright_error(exc, browser_alive=self.process.alive) from None
 
-    async def keep_screenshot(self, identity: TaskIdentity) -> ArtifactRef:
+    async def keep_screenshot(
+        self, identity: TaskIdentity, *, time_left: float = math.inf
+    ) -> ArtifactRef:
         """A screenshot kept as an artifact of the task."""
-        return await self.keep_png(identity, await self.screenshot())
+        return await self.keep_png(identity, await self.screenshot(time_left=time_left))
 
     async def keep_png(self, identity: TaskIdentity, data: bytes) -> ArtifactRef:
         return await self.sink.put_artifact(identity, data, "screenshot.png", "image/png")

@@ -144,7 +144,7 @@ async def _keep_screenshot(ctx: ToolContext, session: BrowserSession) -> None:
     if not session.keep_screenshots or session.lost is not None:
         return
     with contextlib.suppress(ToolFailure):
-        ref = await session.keep_screenshot(ctx.identity)
+        ref = await session.keep_screenshot(ctx.identity, time_left=ctx.time_left())
         ctx.evidence["screenshot"] = ref.id
 
 

@@ -7,7 +7,8 @@ One rule for every status:
 - the text block is the same result as compact text a model reads well: one status line,
   then the output's fields one a line, multi-line text (a page snapshot) as a YAML block
   with real newlines rather than JSON-escaped; for a failure its code, message and whether
-  to retry;
+  to retry, and when (`retry after 3 s`, from `error.details.retry_after_s`: an
+  `overloaded` call);
 - a tool whose output is a string its client parses (`Tool.text_output`: the permission
   prompt's JSON answer) has that string as its text block, nothing around it;
 - an image block (a screenshot) follows when the door has one for the result;
@@ -61,10 +62,22 @@ def model_text(result: ToolResult) -> str:
     head = f"{result.tool} {result.status.value}" + (f" ({', '.join(notes)})" if notes else "")
     lines = [head]
     if result.error is not None:
+        details = dict(result.error.details or {})
+        retry = details.get("retry_after_s")
         lines.append(f"error: {result.error.code}: {result.error.message}")
-        lines.append(f"retryable: {'yes' if result.error.retryable else 'no'}")
-        if result.error.details:
-            lines.append(f"details: {_compact(result.error.details)}")
+        if (
+            result.error.retryable
+            and isinstance(retry, int | float)
+            and not isinstance(retry, bool)
+            and retry > 0
+        ):
+            # A busy resource says when: a model that is told waits instead of hammering.
+            lines.append(f"retryable: yes; retry after {retry:g} s")
+            del details["retry_after_s"]
+        else:
+            lines.append(f"retryable: {'yes' if result.error.retryable else 'no'}")
+        if details:
+            lines.append(f"details: {_compact(details)}")
     elif result.output is not None:
         lines += _fields(result.output)
     return "\n".join(lines)

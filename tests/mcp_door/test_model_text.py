@@ -56,6 +56,28 @@ def test_a_failure_says_its_code_message_and_whether_to_retry() -> None:
     assert render(result).is_error is True
 
 
+def test_an_overloaded_call_says_when_to_retry() -> None:
+    error = ToolError(
+        code="overloaded",
+        message="the task browser is overloaded (2 actions running, 4 waiting for 2 slots)",
+        retryable=True,
+        details={"retry_after_s": 3},
+    )
+    result = ToolResult(
+        call_id="call_3", tool="browser.snapshot", status=ToolStatus.UNAVAILABLE, error=error
+    )
+    assert model_text(result).splitlines() == [
+        "browser.snapshot unavailable",
+        f"error: overloaded: {error.message}",
+        "retryable: yes; retry after 3 s",
+    ]
+    rendered = render(result)
+    assert rendered.is_error is True
+    # Programs read the hint where every door puts it.
+    assert rendered.structured_content == result.public()
+    assert result.public()["error"]["details"] == {"retry_after_s": 3}
+
+
 def _png(width: int, height: int) -> bytes:
     out = io.BytesIO()
     Image.new("RGB", (width, height), (200, 30, 30)).save(out, format="PNG")
