@@ -19,7 +19,7 @@ from pydantic import (
     model_validator,
 )
 
-from gateway.approvals.policy import ApprovalPolicy
+from gateway.approval_policy import ApprovalPolicy
 from gateway.origins import OriginError, normalize_origin
 
 # An identifier that may end up in a path (an organization's artifacts, a workspace): it

@@ -24,8 +24,8 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
+from gateway.approval_policy import Approver, Need
 from gateway.approvals.broker import Approvals, default_summary
-from gateway.approvals.policy import Approver, Need
 from gateway.errors import GatewayError, StorageError, ToolFailure
 from gateway.evidence_log import EventLog
 from gateway.identity import TaskIdentity

@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel
 
-from gateway.approvals.policy import Approver, Need, approval_need
+from gateway.approval_policy import Approver, Need, approval_need
 from gateway.errors import ToolFailure
 from gateway.identity import TaskIdentity
 from gateway.results import Door, ErrorCode, ToolStatus

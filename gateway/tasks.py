@@ -22,7 +22,7 @@ from typing import Any
 from prometheus_client import Counter
 from pydantic import BaseModel, ConfigDict, Field
 
-from gateway.approvals.policy import ApprovalPolicy
+from gateway.approval_policy import ApprovalPolicy
 from gateway.errors import AuthError, NotFound, TokenExpired, TokenRevoked
 from gateway.identity import Actor, Budget, Name, Sandbox, Scope, TaskIdentity, ToolPattern
 from gateway.store.database import Store, TaskRecord

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Sequence
 from datetime import UTC, datetime, timedelta
 
-from gateway.approvals.policy import ApprovalPolicy
+from gateway.approval_policy import ApprovalPolicy
 from gateway.identity import Actor, Budget, Sandbox, TaskIdentity
 from gateway.runtime import Gateway
 from gateway.settings import Settings

@@ -7,6 +7,7 @@ running or being denied; anything else outside the grant stays denied, with no p
 A person answers through a channel the agent cannot reach: the dashboard tab (an element
 the shim owns), the control plane's endpoint, or the agent's client by MCP elicitation.
 
-`policy.py` is the task's policy (captured with its identity, so it imports nothing of the
-gateway); `broker.py` stores, delivers and awaits the requests.
+The task's policy is `gateway/approval_policy.py` (captured with its identity, below the
+registry, so it imports nothing of the gateway); here `broker.py` stores, delivers and
+awaits the requests, and `prompt.py` is the tool a product's agent asks with.
 """

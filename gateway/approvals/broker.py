@@ -22,7 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from gateway.approvals.policy import ApprovalPolicy, Approver, Channel, Need
+from gateway.approval_policy import ApprovalPolicy, Approver, Channel, Need
 from gateway.errors import GatewayError, InvalidInput, NotFound, ToolFailure
 from gateway.evidence_log import EventLog
 from gateway.identity import TaskIdentity

@@ -16,7 +16,7 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
-from gateway.approvals.policy import Approver
+from gateway.approval_policy import Approver
 from gateway.errors import ToolFailure
 from gateway.recording import input_digest
 from gateway.registry import Tool, ToolAnnotations, ToolContext

@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 
+from gateway.approval_policy import ApprovalPolicy
 from gateway.approvals.broker import KEEPALIVE_S, ApprovalConflict, ApprovalRefused, Decision
-from gateway.approvals.policy import ApprovalPolicy
 from gateway.errors import NotFound
 from gateway.identity import TaskIdentity
 from gateway.recording import input_digest
