@@ -194,15 +194,10 @@ class Pipeline:
         if tool is not None:
             # Called by its id or by its exposed name: evidence and results name the id.
             tool_name = tool.name
+        asking = _Asking(progress, cancel, elicit)
         if tool is None or not tool.side_effects or not idempotency_key:
             return await self._call(
-                identity,
-                tool_name,
-                raw_input,
-                door,
-                idempotency_key,
-                _Asking(progress, cancel, elicit),
-                call_id,
+                identity, tool_name, raw_input, door, idempotency_key, asking, call_id
             )
         # Calls under one idempotency key run one at a time, and the lock is held until the
         # first one's record is committed: a concurrent replay then finds it in the store.
@@ -212,13 +207,7 @@ class Pipeline:
         try:
             async with entry.lock:
                 return await self._call(
-                    identity,
-                    tool_name,
-                    raw_input,
-                    door,
-                    idempotency_key,
-                    _Asking(progress, cancel, elicit),
-                    call_id,
+                    identity, tool_name, raw_input, door, idempotency_key, asking, call_id
                 )
         finally:
             entry.holders -= 1

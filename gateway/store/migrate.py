@@ -22,6 +22,7 @@ from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import Connection, create_engine, inspect, text
 from sqlalchemy.engine import make_url
+from sqlalchemy.exc import SQLAlchemyError
 
 __all__ = ["FIRST_RELEASE", "current", "head", "make_url", "sync_url", "upgrade"]
 
@@ -70,9 +71,15 @@ def upgrade(url: str, revision: str = "head") -> tuple[str | None, str]:
                 _apply(conn, "upgrade", revision)
                 after = current(conn)
             finally:
+                # A failed migration leaves the transaction aborted: the unlock then fails too,
+                # and closing the session (below) is what releases the lock.
                 if conn.dialect.name == "postgresql":
-                    conn.execute(text("SELECT pg_advisory_unlock(:key)"), {"key": _ADVISORY_KEY})
-                    conn.commit()
+                    with contextlib.suppress(SQLAlchemyError):
+                        conn.rollback()
+                        conn.execute(
+                            text("SELECT pg_advisory_unlock(:key)"), {"key": _ADVISORY_KEY}
+                        )
+                        conn.commit()
     finally:
         engine.dispose()
     assert after is not None

@@ -11,14 +11,13 @@ Each `call` answers the gateway's result envelope as a dict (`tool`, `status`, `
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import json
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from typing import Any, Protocol
 from urllib.parse import urlsplit
 
-from gateway.bridge.client import BridgeClient
+from gateway.bridge.client import BridgeClient, load_bridge
 from gateway.bridge.offer import sandbox_env_values
 from gateway.registry import exposed_name
 from gateway.testing.control import GatewayTask
@@ -47,46 +46,9 @@ class McpAgent:
         elicitation_callback: Callable[..., Any] | None = None,
     ) -> None:
         self._loop = loop
-        self._client: Any = None
-        self._done = asyncio.Event()
-        ready: asyncio.Future[Any] = loop.loop.create_future()
-        self._session = asyncio.run_coroutine_threadsafe(
-            self._hold(base_url, task.agent_token, ready, elicitation_callback), loop.loop
+        self._client, self._leave = loop.enter(
+            _sdk_client(base_url, task.agent_token, elicitation_callback), timeout=CALL_TIMEOUT_S
         )
-        self._client = loop.run(_wait(ready), timeout=CALL_TIMEOUT_S)
-
-    async def _hold(
-        self,
-        base_url: str,
-        token: str,
-        ready: asyncio.Future[Any],
-        elicitation_callback: Callable[..., Any] | None,
-    ) -> None:
-        # The SDK's client is entered and left in one task (its task groups require it).
-        import httpx2
-        from mcp.client.streamable_http import streamable_http_client
-
-        from mcp import Client
-
-        options: dict[str, Any] = {}
-        if elicitation_callback is not None:
-            options["elicitation_callback"] = elicitation_callback
-        try:
-            async with (
-                httpx2.AsyncClient(
-                    headers={"authorization": f"Bearer {token}"},
-                    timeout=httpx2.Timeout(CALL_TIMEOUT_S),
-                ) as http,
-                Client(
-                    streamable_http_client(f"{base_url}/v1/mcp", http_client=http), **options
-                ) as client,
-            ):
-                ready.set_result(client)
-                await self._done.wait()
-        except BaseException as exc:
-            if not ready.done():
-                ready.set_exception(exc)
-            raise
 
     def tools(self) -> list[Any]:
         """The tools as the SDK lists them (name, description, input schema...)."""
@@ -109,9 +71,30 @@ class McpAgent:
         return envelope
 
     def close(self) -> None:
-        self._loop.loop.call_soon_threadsafe(self._done.set)
         with contextlib.suppress(Exception):
-            self._session.result(timeout=30)
+            self._leave(30)
+
+
+@contextlib.asynccontextmanager
+async def _sdk_client(
+    base_url: str, token: str, elicitation_callback: Callable[..., Any] | None
+) -> AsyncIterator[Any]:
+    """The official SDK's client on the MCP door, with the task's agent token."""
+    import httpx2
+    from mcp.client.streamable_http import streamable_http_client
+
+    from mcp import Client
+
+    options: dict[str, Any] = {}
+    if elicitation_callback is not None:
+        options["elicitation_callback"] = elicitation_callback
+    async with (
+        httpx2.AsyncClient(
+            headers={"authorization": f"Bearer {token}"}, timeout=httpx2.Timeout(CALL_TIMEOUT_S)
+        ) as http,
+        Client(streamable_http_client(f"{base_url}/v1/mcp", http_client=http), **options) as client,
+    ):
+        yield client
 
 
 class BridgeAgent:
@@ -121,13 +104,14 @@ class BridgeAgent:
 
     def __init__(self, loop: LoopThread, base_url: str, task: GatewayTask) -> None:
         self._loop = loop
-        env = sandbox_env_values(_load(task.bridge_envelope), task.bridge_token)
+        envelope = load_bridge(task.bridge_envelope)
+        env = sandbox_env_values(envelope, task.bridge_token)
         # The envelope names the gateway by its configured address; the test reaches it at
         # `base_url` (a free port, or the --gateway-url it was given).
         for name, value in env.items():
             if value.startswith(("http://", "https://")):
                 env[name] = base_url.rstrip("/") + urlsplit(value).path
-        self.client = BridgeClient.from_envelope(task.bridge_envelope, env)
+        self.client = BridgeClient(envelope, env)
 
     @property
     def allowed_tools(self) -> list[str]:
@@ -177,13 +161,3 @@ class WebMcpAgent:
             with contextlib.suppress(ValueError):
                 output = json.loads(output)
         return {"tool": tool, "status": "succeeded", "output": output}
-
-
-def _load(envelope: dict[str, Any]) -> Any:
-    from gateway.bridge.client import load_bridge
-
-    return load_bridge(envelope)
-
-
-async def _wait(future: asyncio.Future[Any]) -> Any:
-    return await future

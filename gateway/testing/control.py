@@ -21,6 +21,13 @@ class ControlError(AssertionError):
         self.status_code = response.status_code
 
 
+def _answer(response: httpx.Response, what: str, expected: int = 200) -> Any:
+    """The JSON body of an answer with the `expected` status; else a ControlError."""
+    if response.status_code != expected:
+        raise ControlError(what, response)
+    return response.json()
+
+
 @dataclass(frozen=True)
 class GatewayTask:
     """One task as the control plane created it: its identity and its three tokens."""
@@ -105,23 +112,19 @@ class ControlPlane:
             **extra,
         )
         response = self.http.post("/v1/tasks", json=body)
-        if response.status_code != 201:
-            raise ControlError("the gateway refused the task", response)
-        created: dict[str, Any] = response.json()
+        created: dict[str, Any] = _answer(response, "the gateway refused the task", 201)
         return GatewayTask(created["task_id"], org, actor, role, created["tokens"], created)
 
     def task(self, task_id: str) -> dict[str, Any]:
-        response = self.http.get(f"/v1/tasks/{task_id}")
-        if response.status_code != 200:
-            raise ControlError(f"task {task_id} could not be read", response)
-        body: dict[str, Any] = response.json()
+        body: dict[str, Any] = _answer(
+            self.http.get(f"/v1/tasks/{task_id}"), f"task {task_id} could not be read"
+        )
         return body
 
     def end_task(self, task_id: str) -> dict[str, Any]:
-        response = self.http.delete(f"/v1/tasks/{task_id}")
-        if response.status_code != 200:
-            raise ControlError(f"task {task_id} could not be ended", response)
-        body: dict[str, Any] = response.json()
+        body: dict[str, Any] = _answer(
+            self.http.delete(f"/v1/tasks/{task_id}"), f"task {task_id} could not be ended"
+        )
         return body
 
     def evidence(self, task_id: str) -> list[dict[str, Any]]:
@@ -132,9 +135,8 @@ class ControlPlane:
             response = self.http.get(
                 f"/v1/tasks/{task_id}/evidence", params={"after": after, "limit": 5000}
             )
-            if response.status_code != 200:
-                raise ControlError(f"the evidence of {task_id} could not be read", response)
-            page: list[dict[str, Any]] = response.json()["records"]
+            what = f"the evidence of {task_id} could not be read"
+            page: list[dict[str, Any]] = _answer(response, what)["records"]
             records += page
             if len(page) < 5000:
                 return records
@@ -148,9 +150,8 @@ class ControlPlane:
 
     def approvals(self, task_id: str) -> list[dict[str, Any]]:
         response = self.http.get(f"/v1/tasks/{task_id}/approvals")
-        if response.status_code != 200:
-            raise ControlError(f"the approvals of {task_id} could not be read", response)
-        listed: list[dict[str, Any]] = response.json()["approvals"]
+        what = f"the approvals of {task_id} could not be read"
+        listed: list[dict[str, Any]] = _answer(response, what)["approvals"]
         return listed
 
     def decide(
@@ -166,7 +167,6 @@ class ControlPlane:
         """Answer as the control plane (a person of the product, named by `approver`)."""
         body = {"decision": decision, "scope": scope, "approver": {"id": approver, "role": role}}
         response = self.http.post(f"/v1/tasks/{task_id}/approvals/{approval_id}", json=body)
-        if response.status_code != 200:
-            raise ControlError(f"approval {approval_id} could not be decided", response)
-        decided: dict[str, Any] = response.json()
+        what = f"approval {approval_id} could not be decided"
+        decided: dict[str, Any] = _answer(response, what)
         return decided

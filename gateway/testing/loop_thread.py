@@ -8,8 +8,9 @@ bridge client are asynchronous. Each runs here, on one loop that outlives any te
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
 T = TypeVar("T")
@@ -28,6 +29,44 @@ class LoopThread:
     def run(self, coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
         """Run `coro` on the loop and wait for its result (its exception is raised here)."""
         return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
+
+    def enter(
+        self, context: contextlib.AbstractAsyncContextManager[T], timeout: float | None = None
+    ) -> tuple[T, Callable[[float | None], None]]:
+        """Enter `context` on the loop and keep it entered until the returned `leave` is
+        called (what leaving raised, a failed leak check say, is raised by `leave`).
+
+        It is entered and left in one task of its own: anyio's task groups (uvicorn's
+        server, the MCP SDK's client) must be left by the task that entered them."""
+        ready: asyncio.Future[T] = self.loop.create_future()
+        done = asyncio.Event()
+
+        async def hold() -> None:
+            try:
+                async with context as value:
+                    ready.set_result(value)
+                    await done.wait()
+            except BaseException as exc:
+                if not ready.done():
+                    ready.set_exception(exc)
+                raise
+
+        held = asyncio.run_coroutine_threadsafe(hold(), self.loop)
+
+        async def entered() -> T:
+            return await ready
+
+        try:
+            value = self.run(entered(), timeout)
+        except BaseException:
+            held.cancel()
+            raise
+
+        def leave(timeout: float | None = 60.0) -> None:
+            self.loop.call_soon_threadsafe(done.set)
+            held.result(timeout)
+
+        return value, leave
 
     def close(self) -> None:
         if self.loop.is_closed():

@@ -8,9 +8,8 @@ out every task still live is ended and anything still held for one fails the ses
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -18,7 +17,7 @@ from typing import Any
 from gateway.runtime import Gateway
 from gateway.serving import serving
 from gateway.testing.host_page import host_app
-from gateway.testing.live import live_gateway
+from gateway.testing.live import LiveGateway, live_gateway
 from gateway.testing.loop_thread import LoopThread
 from gateway.testing.settings import test_settings
 
@@ -34,35 +33,30 @@ class ServedGateway:
     # objects belong to `loop`'s thread: touch them through `loop.run`.
     gateway: Gateway | None
     loop: LoopThread
-    _stop: Callable[[], None]
+    _leave: Callable[[float | None], None]
 
     def stop(self) -> None:
-        self._stop()
+        self._leave(60)
 
 
 def serve_host_page(loop: LoopThread, port: int = 0) -> tuple[str, Callable[[], None]]:
     """Only the host page (for a gateway that runs elsewhere)."""
-    ready: asyncio.Future[str] = loop.loop.create_future()
-    done = asyncio.Event()
+    origin, leave = loop.enter(serving(host_app(), port=port), timeout=START_TIMEOUT_S)
+    return origin, lambda: leave(30)
 
-    async def main() -> None:
-        try:
-            async with serving(host_app(), port=port) as origin:
-                ready.set_result(origin)
-                await done.wait()
-        except BaseException as exc:
-            if not ready.done():
-                ready.set_exception(exc)
-            raise
 
-    task = asyncio.run_coroutine_threadsafe(main(), loop.loop)
-    origin = loop.run(_wait(ready), timeout=START_TIMEOUT_S)
-
-    def stop() -> None:
-        loop.loop.call_soon_threadsafe(done.set)
-        task.result(timeout=30)
-
-    return origin, stop
+@contextlib.asynccontextmanager
+async def _host_page_and_gateway(
+    data_dir: Path,
+    dashboard_origins: Sequence[str],
+    setup: Callable[[Gateway], None] | None,
+    overrides: dict[str, Any],
+) -> AsyncIterator[tuple[str, LiveGateway]]:
+    async with serving(host_app()) as host_origin:
+        origins = [host_origin, *dashboard_origins]
+        settings = test_settings(data_dir, dashboard_origins=origins, **overrides)
+        async with live_gateway(settings, setup=setup) as live:
+            yield host_origin, live
 
 
 def start_gateway(
@@ -74,41 +68,11 @@ def start_gateway(
     **overrides: Any,
 ) -> ServedGateway:
     """Serve the host page and a gateway that allows it and `dashboard_origins`."""
-    ready: asyncio.Future[ServedGateway] = loop.loop.create_future()
-    done = asyncio.Event()
-
-    async def main() -> None:
-        try:
-            async with serving(host_app()) as host_origin:
-                origins = [host_origin, *dashboard_origins]
-                settings = test_settings(data_dir, dashboard_origins=origins, **overrides)
-                async with live_gateway(settings, setup=setup) as live:
-                    key = settings.control_key
-                    assert key is not None
-                    ready.set_result(
-                        ServedGateway(live.base_url, key, host_origin, live.gateway, loop, stop)
-                    )
-                    await done.wait()
-        except BaseException as exc:
-            if not ready.done():
-                ready.set_exception(exc)
-            raise
-
-    task = asyncio.run_coroutine_threadsafe(main(), loop.loop)
-
-    def stop() -> None:
-        loop.loop.call_soon_threadsafe(done.set)
-        # The leak check's failure, if any, is raised here.
-        task.result(timeout=60)
-
-    try:
-        served: ServedGateway = loop.run(_wait(ready), timeout=START_TIMEOUT_S)
-        return served
-    except BaseException:
-        with contextlib.suppress(Exception):
-            task.cancel()
-        raise
-
-
-async def _wait(future: asyncio.Future[Any]) -> Any:
-    return await future
+    (host_origin, live), leave = loop.enter(
+        _host_page_and_gateway(data_dir, dashboard_origins, setup, overrides),
+        timeout=START_TIMEOUT_S,
+    )
+    key = live.gateway.settings.control_key
+    assert key is not None
+    # Leaving runs the leak check: its failure, if any, is raised by `stop`.
+    return ServedGateway(live.base_url, key, host_origin, live.gateway, loop, leave)

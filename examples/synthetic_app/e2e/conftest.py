@@ -9,7 +9,6 @@ gateway with the example's product tools, the dashboard, the sandbox instance), 
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Iterator
 from typing import Any
 
@@ -27,29 +26,14 @@ from gateway.testing.pytest_plugin import GatewayEndpoint
 def example(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ExampleStack]:
     """The example stack on free loopback ports, for the whole session."""
     loop = LoopThread("example-stack")
-    ready: asyncio.Future[ExampleStack] = loop.loop.create_future()
-    done = asyncio.Event()
     settings = test_settings(tmp_path_factory.mktemp("example"), example=True)
-
-    async def serve() -> None:
-        try:
-            async with running_stack(settings, step_s=0.05) as stack:
-                ready.set_result(stack)
-                await done.wait()
-        except BaseException as exc:
-            if not ready.done():
-                ready.set_exception(exc)
-            raise
-
-    async def started() -> ExampleStack:
-        return await ready
-
-    running = asyncio.run_coroutine_threadsafe(serve(), loop.loop)
     try:
-        yield loop.run(started(), timeout=120)
+        stack, leave = loop.enter(running_stack(settings, step_s=0.05), timeout=120)
+        try:
+            yield stack
+        finally:
+            leave(60)
     finally:
-        loop.loop.call_soon_threadsafe(done.set)
-        running.result(timeout=60)
         loop.close()
 
 
