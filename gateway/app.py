@@ -11,6 +11,7 @@ from starlette.routing import BaseRoute
 
 from gateway.bridge import install as bridge
 from gateway.browser import install as browser
+from gateway.cluster.extension import install as cluster
 from gateway.errors import GatewayError
 from gateway.http import health, tasks
 from gateway.http.edge import gateway_error_handler
@@ -26,7 +27,7 @@ Extension = Callable[[Gateway], Sequence[BaseRoute]]
 
 def default_extensions() -> list[Extension]:
     """The adapters a full gateway installs, in order (the core routes come first)."""
-    return [health.routes, tasks.routes, tabs, browser, bridge, mcp_door]
+    return [cluster, health.routes, tasks.routes, tabs, browser, bridge, mcp_door]
 
 
 def build_app(

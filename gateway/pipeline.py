@@ -30,7 +30,7 @@ from gateway.errors import GatewayError, StorageError, ToolFailure
 from gateway.evidence_log import EventLog
 from gateway.identity import TaskIdentity
 from gateway.metrics import Metrics
-from gateway.ports import Elicit
+from gateway.ports import Elicit, Placement
 from gateway.recording import input_digest, recorded_input, recorded_output
 from gateway.redaction import Redactor
 from gateway.registry import ProgressFn, Registry, Services, Tool, ToolContext
@@ -70,6 +70,7 @@ class _Call:
     side_effect: bool = False  # counted against its side-effect budget
     context: ToolContext | None = None
     idempotency_row: tuple[Any, dict[str, Any]] | None = None
+    epoch: int | None = None  # the owner epoch its side effect ran under (a cluster)
 
     def result(self, recorded_input: Any = None) -> ToolResult:
         return ToolResult(
@@ -135,6 +136,7 @@ class _Asking:
     progress: ProgressFn | None
     cancel: asyncio.Event | None
     elicit: Elicit | None
+    routed: bool = False  # sent here by another node: it runs here
     pause: _Pause = field(default_factory=_Pause)
 
 
@@ -165,6 +167,8 @@ class Pipeline:
         self.metrics = metrics
         self.events = events
         self._usage: dict[str, _TaskUsage] = {}
+        # Set when this gateway is a node of a cluster: calls run on their task's owner.
+        self.placement: Placement | None = None
         # One lock per (task, tool, idempotency key), dropped when no call holds or awaits it.
         self._key_locks: dict[tuple[str, str, str], _KeyLock] = {}
 
@@ -180,11 +184,13 @@ class Pipeline:
         cancel: asyncio.Event | None = None,
         call_id: str | None = None,
         elicit: Elicit | None = None,
+        routed: bool = False,
     ) -> ToolResult:
         """Run one call to its terminal result. Never raises for a call-level failure.
 
         `elicit`, from a door that can ask the person at the agent's client, is one more
-        channel for the approvals this call may need."""
+        channel for the approvals this call may need. `routed`: the call was sent here by
+        another node of the cluster, as to the task's owner; it runs here."""
         call_id = call_id or new_id("call")
         if not tool_name.isascii():
             # No registered name is non-ASCII, so this one is unknown; a lone surrogate in it
@@ -194,7 +200,7 @@ class Pipeline:
         if tool is not None:
             # Called by its id or by its exposed name: evidence and results name the id.
             tool_name = tool.name
-        asking = _Asking(progress, cancel, elicit)
+        asking = _Asking(progress, cancel, elicit, routed)
         if tool is None or not tool.side_effects or not idempotency_key:
             return await self._call(
                 identity, tool_name, raw_input, door, idempotency_key, asking, call_id
@@ -236,6 +242,19 @@ class Pipeline:
                 )
             await self._check_task(identity)
             need = self._authorize(identity, tool)
+            if self.placement is not None and not asking.routed:
+                # The checks above need nothing of the task's owner; the rest runs there.
+                answer = await self.placement.elsewhere(
+                    identity,
+                    tool.name,
+                    raw_input,
+                    door=door,
+                    idempotency_key=idempotency_key,
+                    call_id=call_id,
+                    timeout_s=tool.timeout_s,
+                )
+                if answer is not None:
+                    return answer
             usage = await self._usage_of(identity.task_id)
             self._charge_budget(identity, tool, usage)
             call.charged = True
@@ -274,6 +293,10 @@ class Pipeline:
             else:
                 if need is not None:
                     await self._approve(call, tool, need, digest, asking)
+                if self.placement is not None and tool.side_effects:
+                    call.epoch = await self.placement.fence(
+                        identity, tool.name, idempotency_key if keyed else None, call_id
+                    )
                 call.side_effect = tool.side_effects
                 usage.side_effects += int(tool.side_effects)
                 call.output, call.truncated = await self._run(
@@ -569,7 +592,12 @@ class Pipeline:
         if call.idempotency_row is not None:
             rows.append(call.idempotency_row)
         try:
-            await self.store.commit(rows)
+            if call.epoch is None or self.placement is None:
+                await self.store.commit(rows)
+            else:
+                guard, params = self.placement.commit_guard(identity.task_id, call.epoch)
+                if not await self.store.commit_if(guard, params, rows):
+                    result = _lost_owner(call)
         except StorageError as exc:
             self.metrics.storage_failures.inc()
             result = ToolResult(
@@ -602,6 +630,23 @@ class Pipeline:
     ) -> str | None:
         """Evidence that is not a call: a rejected frame, a blocked navigation..."""
         return await self.events.record(identity, kind, data)
+
+
+def _lost_owner(call: _Call) -> ToolResult:
+    """The answer for a side effect whose node lost the task while it ran (another node
+    owns it now, or the task ended): its outcome is not recorded, and a retry under the
+    same key is told `in_doubt`, never run again by itself."""
+    return ToolResult(
+        call_id=call.call_id,
+        tool=call.tool_name,
+        status=ToolStatus.UNAVAILABLE,
+        error=ToolError(
+            code=ErrorCode.IN_DOUBT,
+            message="this gateway node lost the task while the call ran; whether it took "
+            "effect is not recorded",
+            details={"epoch": call.epoch},
+        ),
+    )
 
 
 def bound_output(value: Any, limit: int) -> tuple[Any, bool]:

@@ -85,3 +85,48 @@ class ApprovalDesk(Protocol):
         """A person's answer from `channel` on behalf of `identity`'s task; raises a
         `GatewayError` when it is refused (wrong task, channel or nonce, expired, decided)."""
         ...
+
+
+# Told that this node no longer holds a task (its owner is another node now): let go of
+# what is held for it here, as on its end, but the task goes on elsewhere.
+ReleaseListener = Callable[[str], Awaitable[None]]
+
+
+class Placement(Protocol):
+    """Where a task's calls run when this gateway is one node of a cluster
+    (gateway/cluster): on the task's owner. Absent on a single gateway."""
+
+    node_id: str
+
+    async def elsewhere(
+        self,
+        identity: TaskIdentity,
+        tool_name: str,
+        args: Any,
+        *,
+        door: Door,
+        idempotency_key: str | None,
+        call_id: str,
+        timeout_s: float,
+    ) -> ToolResult | None:
+        """The call's result from the task's owner, when another node owns it; None when
+        it runs here (this node owns it, or just became its owner)."""
+        ...
+
+    async def fence(
+        self, identity: TaskIdentity, tool_name: str, idempotency_key: str | None, call_id: str
+    ) -> int:
+        """Before a side effect: this node still owns the task and it has not ended, and a
+        keyed call's intent is written. Returns the owner epoch its evidence is committed
+        under; raises the call's failure (`in_doubt`, `revoked`, not the owner)."""
+        ...
+
+    def commit_guard(self, task_id: str, epoch: int) -> tuple[Any, dict[str, Any]]:
+        """The guard (an UPDATE and its parameters) a side effect's evidence commits under."""
+        ...
+
+    async def take(self, task_id: str) -> None:
+        """The task's tab came to this node: it becomes the owner, whoever was."""
+        ...
+
+    def on_release(self, listener: ReleaseListener) -> None: ...

@@ -44,6 +44,9 @@ class ErrorCode(StrEnum):
     APPROVAL_TIMEOUT = "approval_timeout"
     QUOTA_EXCEEDED = "quota_exceeded"
     OVERLOADED = "overloaded"
+    # A side effect that may or may not have happened: its node went away before recording
+    # the outcome. Never run again by the gateway on its own.
+    IN_DOUBT = "in_doubt"
 
 
 class Door(StrEnum):

@@ -26,6 +26,7 @@ from gateway.evidence_log import EventLog
 from gateway.identity import TaskIdentity
 from gateway.metrics import Metrics
 from gateway.pipeline import Pipeline
+from gateway.ports import Placement
 from gateway.redaction import Redactor
 from gateway.registry import Registry, Services
 from gateway.settings import Settings
@@ -114,6 +115,9 @@ class Gateway:
             self.events,
             self.approvals,
         )
+        # Where a task's calls run when this gateway is a node of a cluster (set by
+        # gateway/cluster's extension, installed before the others); None on its own.
+        self.placement: Placement | None = None
         self.task_log = TaskLog()
         self.tasks.on_end(self.pipeline.forget)
         self.tasks.on_end(self.events.task_ended)

@@ -98,13 +98,28 @@ class Settings(BaseSettings):
     mcp_session_idle_s: float = Field(default=1800.0, gt=0)
     # A screenshot's result carries the picture as an MCP image block (off: the ref only).
     mcp_image_blocks: bool = True
+    # A cluster (docs/deploy.md): a node's name, the NATS server its nodes talk over, and
+    # how often it beats (three missed beats and another node frees its tasks). All unset:
+    # one process, as without a cluster. A cluster needs PostgreSQL and shared keys.
+    node_id: str | None = Field(default=None, pattern=r"^[A-Za-z0-9][A-Za-z0-9_-]{0,62}$")
+    nats_url: str | None = None
+    cluster_beat_s: float = Field(default=1.0, gt=0, le=60)
+    # Remote Playwright browser servers (`playwright run-server`) a node may open task
+    # contexts on, besides its own Chromium; a new context goes to the least loaded.
+    browser_ws_endpoints: Annotated[list[str], NoDecode] = Field(default_factory=list)
 
     @field_validator("secret_keys", mode="before")
     @classmethod
     def _keys(cls, value: object) -> object:
         return _split(value)
 
-    @field_validator("allowed_hosts", "mcp_allowed_hosts", "mcp_allowed_origins", mode="before")
+    @field_validator(
+        "allowed_hosts",
+        "mcp_allowed_hosts",
+        "mcp_allowed_origins",
+        "browser_ws_endpoints",
+        mode="before",
+    )
     @classmethod
     def _mcp_lists(cls, value: object) -> object:
         return _split(value)
@@ -135,6 +150,11 @@ class Settings(BaseSettings):
     @property
     def base_url(self) -> str:
         return (self.public_url or f"http://{self.host}:{self.port}").rstrip("/")
+
+    @property
+    def clustered(self) -> bool:
+        """Whether this process is a node of a cluster (`node_id` and `nats_url` both set)."""
+        return self.node_id is not None and self.nats_url is not None
 
     def resolved_database_url(self) -> str:
         if self.database_url:

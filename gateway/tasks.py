@@ -83,6 +83,15 @@ class TaskService:
         self._expired: set[str] = set()  # expiries already announced to listeners
         self._forget_after_s = 3600.0
         self._quota = LiveTaskQuota(store, max_live_per_org) if max_live_per_org else None
+        # How an end is made durable: the store's revocation row, unless a cluster ends a
+        # task its own way (the row and the owner's fence in one transaction).
+        self._revoke: Callable[[str, float, str], Awaitable[bool]] = lambda task_id, _at, reason: (
+            store.revoke_task(task_id, reason)
+        )
+
+    def revoke_with(self, revoke: Callable[[str, float, str], Awaitable[bool]]) -> None:
+        """End tasks durably with `revoke(task_id, at, reason)` instead of the store's."""
+        self._revoke = revoke
 
     async def load(self) -> None:
         """Warm the cache with the tasks that are still live (after a restart)."""
@@ -229,12 +238,25 @@ class TaskService:
     async def end(self, task_id: str, reason: str = "ended by the control plane") -> bool:
         """End a task: revoke its tokens durably, then tell every listener. Idempotent."""
         record = await self.get(task_id)
-        changed = await self.store.revoke_task(task_id, reason)
+        changed = await self._revoke(task_id, self._clock(), reason)
         if changed or record.revoked_at is None:
             self._cache[task_id] = TaskRecord(record.identity, self._clock(), reason)
         if changed:
             await self._notify_end(task_id, reason)
         return changed
+
+    async def ended_elsewhere(self, task_id: str, at: float, reason: str) -> bool:
+        """Another process ended the task (its end is committed): refuse its tokens here
+        too and tell this process's listeners. False when it was known ended already."""
+        record = self._cache.get(task_id)
+        if record is None:
+            # Unknown here: nothing is held for it, and a later lookup reads the store.
+            return False
+        if record.revoked_at is not None:
+            return False
+        self._cache[task_id] = TaskRecord(record.identity, at, reason)
+        await self._notify_end(task_id, reason)
+        return True
 
     async def _notify_end(self, task_id: str, reason: str) -> None:
         results = await asyncio.gather(

@@ -13,8 +13,16 @@ def reduce_to_first_release(url: str) -> None:
     engine = create_engine(sync_url(url))
     try:
         with engine.begin() as conn:
-            for table in ("alembic_version", "approvals", "task_grants"):
+            for table in (
+                "alembic_version",
+                "approvals",
+                "task_grants",
+                "nodes",
+                "task_owners",
+                "call_intents",
+            ):
                 conn.execute(text(f"DROP TABLE IF EXISTS {table}"))
+            conn.execute(text("DROP INDEX IF EXISTS ix_revocations_at"))
             conn.execute(text("ALTER TABLE idempotency DROP COLUMN input_sha256"))
     finally:
         engine.dispose()

@@ -11,6 +11,8 @@ and docs/mcp.md for the figures):
   cancellation (`notifications/cancelled`) names a request of a session;
 - a JSON-response, stateless one for 2026-07-28 requests that ask for no progress, the
   common case, which it answers with less work per request.
+
+On a node of a cluster both are stateless with JSON responses: any node answers any request.
 """
 
 from __future__ import annotations
@@ -49,10 +51,13 @@ class McpDoor:
         )
         # Host and Origin are checked by the bearer front, before the token.
         unguarded = TransportSecuritySettings(enable_dns_rebinding_protection=False)
+        # On a node of a cluster no request may depend on a session another node holds:
+        # every request is answered on its own, in JSON (no progress stream), by any node.
+        clustered = gw.settings.clustered
         self.manager = StreamableHTTPSessionManager(
             app=self.server,
-            json_response=False,
-            stateless=False,
+            json_response=clustered,
+            stateless=clustered,
             security_settings=unguarded,
             max_request_body_size=gw.settings.max_body_bytes,
             session_idle_timeout=gw.settings.mcp_session_idle_s,

@@ -37,6 +37,8 @@ revocations = Table(
     Column("task_id", String(64), primary_key=True),
     Column("revoked_at", Float, nullable=False),
     Column("reason", String(256), nullable=False),
+    # The nodes of a cluster read the ends since their last look, by time.
+    Index("ix_revocations_at", "revoked_at"),
 )
 
 evidence = Table(
@@ -116,4 +118,47 @@ task_grants = Table(
     Column("tool", String(128), primary_key=True),
     Column("grant", Text, nullable=False),
     Column("created_at", Float, nullable=False),
+)
+
+# The nodes of a cluster (docs/deploy.md): each beats here, on the database's clock; a node
+# three beats late is declared dead by another, which frees its tasks. `incarnation` tells
+# a restarted node (or one that was paused past its death) from the one that was declared
+# dead: its beats under the old incarnation change nothing.
+nodes = Table(
+    "nodes",
+    metadata,
+    Column("node_id", String(64), primary_key=True),
+    Column("incarnation", String(64), nullable=False),
+    Column("state", String(16), nullable=False),  # live | dead | left
+    Column("started_at", Float, nullable=False),
+    Column("beat_at", Float, nullable=False),
+)
+
+# Which node holds a task's live resources (its tab channel, its browser context), and the
+# epoch, which grows at every change of owner. A side effect starts only under the current
+# (node, epoch) and while `revoked` is 0, checked by one guarded UPDATE of this row; ending
+# the task sets `revoked` on the same row, so the two never pass each other.
+task_owners = Table(
+    "task_owners",
+    metadata,
+    Column("task_id", String(64), primary_key=True),
+    Column("node_id", String(64)),  # null: nobody holds it now
+    Column("epoch", Integer, nullable=False),
+    Column("revoked", Integer, nullable=False, default=0),
+    Column("changed_at", Float, nullable=False),
+)
+
+# A keyed side-effect call about to start, written (under the owner's fence) before it runs:
+# if its node dies before the outcome is recorded, a retry with the key finds this row and
+# no result, and is told `in_doubt` instead of running it again.
+call_intents = Table(
+    "call_intents",
+    metadata,
+    Column("task_id", String(64), primary_key=True),
+    Column("tool", String(128), primary_key=True),
+    Column("key", String(256), primary_key=True),
+    Column("call_id", String(64), nullable=False),
+    Column("node_id", String(64), nullable=False),
+    Column("epoch", Integer, nullable=False),
+    Column("started_at", Float, nullable=False),
 )

@@ -18,7 +18,7 @@ from collections.abc import Awaitable, Callable
 
 from starlette.websockets import WebSocket, WebSocketDisconnect, WebSocketState
 
-from gateway.errors import AuthError
+from gateway.errors import AuthError, GatewayError
 from gateway.origins import origin_allowed
 from gateway.ports import TaskLookup
 from gateway.tabs import frames
@@ -56,8 +56,15 @@ async def _first_frame(ws: WebSocket, hub: TabHub) -> str | None:
 
 
 def endpoint(
-    hub: TabHub, tasks: TaskLookup, dashboard_origins: list[str]
+    hub: TabHub,
+    tasks: TaskLookup,
+    dashboard_origins: list[str],
+    *,
+    take: Callable[[str], Awaitable[None]] | None = None,
 ) -> Callable[[WebSocket], Awaitable[None]]:
+    """The `/v1/tabs` websocket. `take`, on a node of a cluster: the node becomes the
+    owner of a task whose tab connects to it (gateway/cluster)."""
+
     async def tabs(ws: WebSocket) -> None:
         if not origin_allowed(ws.headers.get("origin"), dashboard_origins):
             hub.refuse("origin")
@@ -78,6 +85,12 @@ def endpoint(
         except AuthError as exc:
             await _refuse(ws, hub, "auth", str(exc.code), exc.message)
             return
+        if take is not None:
+            try:
+                await take(identity.task_id)
+            except GatewayError as exc:
+                await _refuse(ws, hub, "unavailable", str(exc.code), exc.message)
+                return
         link = hub.attach(
             identity, hello, claims.expires_at, _writer(ws, hub.config.write_timeout_s)
         )

@@ -32,9 +32,19 @@ def install(gw: Gateway) -> list[BaseRoute]:
     gw.registry.on_change(hub.catalog_changed)
     gw.tasks.on_end(hub.task_ended)
     gw.approvals.on_change(lambda request: hub.approval_changed(request.task_id, request.shown()))
+    if gw.placement is not None:
+        gw.placement.on_release(hub.task_moved)
     gw.add_part("tab channels", start=hub.start, stop=hub.stop)
     gw.task_probes["tab"] = hub.describe
     return [
-        WebSocketRoute("/v1/tabs", endpoint(hub, gw.tasks, gw.settings.dashboard_origins)),
+        WebSocketRoute(
+            "/v1/tabs",
+            endpoint(
+                hub,
+                gw.tasks,
+                gw.settings.dashboard_origins,
+                take=gw.placement.take if gw.placement is not None else None,
+            ),
+        ),
         *shim.routes(gw.settings.dashboard_origins),
     ]

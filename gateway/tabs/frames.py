@@ -24,6 +24,9 @@ CLOSE_INTERNAL = 1011
 CLOSE_SUPERSEDED = 4001
 CLOSE_TASK_ENDED = 4002
 CLOSE_TOKEN_EXPIRED = 4003
+# The websocket's own "service restart": not final, the tab connects again (to the node
+# that now holds its task).
+CLOSE_MOVED = 1012
 
 
 class _Frame(BaseModel):

@@ -299,6 +299,13 @@ class TabHub:
         self._apply(channel, channel.end("task_ended"))
         self._ended_at[task_id] = time.monotonic()
 
+    async def task_moved(self, task_id: str) -> None:
+        """Another gateway node holds the task now: close its tab's connection here, with
+        a code that is not final, so the tab connects again and reaches that node."""
+        for link in list(self._links.values()):
+            if link.identity.task_id == task_id:
+                link.push(CloseCommand(frames.CLOSE_MOVED, "the task moved to another node"))
+
     def catalog_changed(self) -> None:
         """The registry changed: every tab gets a fresh `welcome` with its catalog."""
         for link in list(self._links.values()):

@@ -1,0 +1,44 @@
+"""The cluster as a gateway extension: when `GATEWAY_NODE_ID` and `GATEWAY_NATS_URL` are set,
+this process joins the cluster as a node; otherwise nothing here runs.
+
+Installed before the other extensions, so that they find `gw.placement` set and register
+what they let go of when a task moves to another node.
+"""
+
+from __future__ import annotations
+
+from starlette.routing import BaseRoute
+
+from gateway.runtime import Gateway
+
+from .bus import Bus
+from .ledger import Ledger
+from .nats_bus import NatsBus
+from .node import ClusterNode
+
+
+def install(gw: Gateway) -> list[BaseRoute]:
+    settings = gw.settings
+    node_id, nats_url = settings.node_id, settings.nats_url
+    if node_id is None or nats_url is None:
+        return []
+
+    async def connect() -> Bus:
+        return await NatsBus.connect(nats_url, name=f"gateway {node_id}")
+
+    node = ClusterNode(
+        node_id,
+        Ledger(lambda: gw.store.engine, node_id),
+        connect,
+        gw.tasks,
+        gw.pipeline,
+        # Read when the part starts: the keys may be generated or loaded at start.
+        lambda: settings.secret_keys,
+        beat_s=settings.cluster_beat_s,
+    )
+    gw.services.provide(ClusterNode, node)
+    gw.placement = node
+    gw.pipeline.placement = node
+    gw.add_part("cluster node", context=node.running)
+    gw.task_probes["node"] = lambda task_id: node.describe(task_id)
+    return []

@@ -1,0 +1,343 @@
+"""What the nodes of a cluster agree on, kept in PostgreSQL: which nodes live, which node
+owns each task and under which epoch, the side-effect calls under way, and task ends.
+
+Every time here is the database's clock, so nodes on machines whose clocks differ still
+agree on who is late. Every change of owner adds one to the task's epoch; a node acts for a
+task only under the (node, epoch) it holds, and each side effect is fenced by one guarded
+UPDATE of the task's owner row (`fence`), the row that ending the task also changes: a
+paused old owner that wakes up finds its epoch gone and does nothing.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import Float, and_, bindparam, cast, func, select, update
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+from gateway.errors import StorageError
+from gateway.store import schema
+
+_NOW = cast(func.extract("epoch", func.clock_timestamp()), Float)
+
+# The guard a side-effect call's evidence is committed under (the writer compiles it once):
+# the row changes only while the task is still this node's, at this epoch.
+COMMIT_GUARD = (
+    update(schema.task_owners)
+    .where(
+        schema.task_owners.c.task_id == bindparam("guard_task"),
+        schema.task_owners.c.node_id == bindparam("guard_node"),
+        schema.task_owners.c.epoch == bindparam("guard_epoch"),
+    )
+    .values(changed_at=schema.task_owners.c.changed_at)
+)
+
+
+@dataclass(frozen=True)
+class Owner:
+    """A task's owner as the ledger has it: `node_id` None when nobody holds it."""
+
+    node_id: str | None
+    epoch: int
+    revoked: bool
+
+
+@dataclass(frozen=True)
+class Intent:
+    call_id: str
+    node_id: str
+    epoch: int
+
+
+@dataclass(frozen=True)
+class Ended:
+    task_id: str
+    revoked_at: float
+    reason: str
+
+
+class Ledger:
+    def __init__(self, engine: Callable[[], AsyncEngine], node_id: str) -> None:
+        self._engine = engine  # the store's, once it is started
+        self.node_id = node_id
+        self.incarnation = secrets.token_hex(8)
+
+    async def _run(self, what: str, statements: Any) -> Any:
+        engine = self._engine()
+        if engine.dialect.name != "postgresql":
+            raise StorageError("a cluster needs PostgreSQL (GATEWAY_DATABASE_URL=postgresql+...)")
+        try:
+            async with engine.begin() as conn:
+                return await statements(conn)
+        except SQLAlchemyError as exc:
+            raise StorageError(f"the cluster ledger could not {what}: {exc}") from exc
+
+    # -- nodes ------------------------------------------------------------------------
+
+    async def join(self) -> list[str]:
+        """Register this node as live under a new incarnation. Tasks the node id owned
+        before (a restart) are freed: what it held for them died with the old process.
+        Returns their ids."""
+        nodes, owners = schema.nodes, schema.task_owners
+
+        async def run(conn: AsyncConnection) -> list[str]:
+            row = {
+                "node_id": self.node_id,
+                "incarnation": self.incarnation,
+                "state": "live",
+                "started_at": _NOW,
+                "beat_at": _NOW,
+            }
+            statement = pg_insert(nodes).values(row)
+            await conn.execute(
+                statement.on_conflict_do_update(
+                    index_elements=[nodes.c.node_id],
+                    set_={k: statement.excluded[k] for k in row if k != "node_id"},
+                )
+            )
+            return await _free(conn, owners.c.node_id == self.node_id)
+
+        freed: list[str] = await self._run("register this node", run)
+        return freed
+
+    async def rejoin(self) -> list[str]:
+        """Join again as a new incarnation (after being declared dead)."""
+        self.incarnation = secrets.token_hex(8)
+        return await self.join()
+
+    async def beat(self) -> bool:
+        """This node is alive; False when another node has declared it dead meanwhile."""
+        nodes = schema.nodes
+
+        async def run(conn: AsyncConnection) -> bool:
+            result = await conn.execute(
+                update(nodes)
+                .where(
+                    nodes.c.node_id == self.node_id,
+                    nodes.c.incarnation == self.incarnation,
+                    nodes.c.state == "live",
+                )
+                .values(beat_at=_NOW)
+            )
+            return bool(result.rowcount == 1)
+
+        alive: bool = await self._run("beat", run)
+        return alive
+
+    async def leave(self) -> list[str]:
+        """This node stops: it is no longer live, and its tasks are free for others."""
+        nodes, owners = schema.nodes, schema.task_owners
+
+        async def run(conn: AsyncConnection) -> list[str]:
+            await conn.execute(
+                update(nodes)
+                .where(nodes.c.node_id == self.node_id, nodes.c.incarnation == self.incarnation)
+                .values(state="left")
+            )
+            return await _free(conn, owners.c.node_id == self.node_id)
+
+        freed: list[str] = await self._run("leave", run)
+        return freed
+
+    async def reap(self, dead_after_s: float) -> dict[str, list[str]]:
+        """Declare dead every live node whose last beat is older than `dead_after_s` and
+        free its tasks; returns the dead nodes' freed task ids by node."""
+        nodes, owners = schema.nodes, schema.task_owners
+
+        async def run(conn: AsyncConnection) -> dict[str, list[str]]:
+            dead = (
+                await conn.execute(
+                    update(nodes)
+                    .where(nodes.c.state == "live", nodes.c.beat_at < _NOW - dead_after_s)
+                    .values(state="dead")
+                    .returning(nodes.c.node_id)
+                )
+            ).scalars()
+            freed: dict[str, list[str]] = {}
+            for node in list(dead):
+                freed[node] = await _free(conn, owners.c.node_id == node)
+            return freed
+
+        freed: dict[str, list[str]] = await self._run("reap dead nodes", run)
+        return freed
+
+    async def live_nodes(self) -> list[str]:
+        nodes = schema.nodes
+
+        async def run(conn: AsyncConnection) -> list[str]:
+            query = select(nodes.c.node_id).where(nodes.c.state == "live")
+            return list((await conn.execute(query)).scalars())
+
+        live: list[str] = await self._run("list live nodes", run)
+        return live
+
+    # -- owners -----------------------------------------------------------------------
+
+    async def owner(self, task_id: str) -> Owner | None:
+        owners = schema.task_owners
+
+        async def run(conn: AsyncConnection) -> Owner | None:
+            query = select(owners.c.node_id, owners.c.epoch, owners.c.revoked).where(
+                owners.c.task_id == task_id
+            )
+            row = (await conn.execute(query)).first()
+            return None if row is None else Owner(row.node_id, int(row.epoch), bool(row.revoked))
+
+        owner: Owner | None = await self._run("read a task's owner", run)
+        return owner
+
+    async def claim(self, task_id: str, *, take_over: bool) -> Owner:
+        """Become the task's owner if nobody holds it (or, `take_over`, whoever does: its
+        tab came to this node). Returns the owner after the attempt, which is this node
+        unless another holds it (and `take_over` is False) or the task has ended."""
+        owners = schema.task_owners
+
+        async def run(conn: AsyncConnection) -> Owner:
+            statement = pg_insert(owners).values(
+                task_id=task_id, node_id=self.node_id, epoch=1, revoked=0, changed_at=_NOW
+            )
+            current = owners.c.node_id
+            free = current.is_(None) if not take_over else current.is_distinct_from(self.node_id)
+            await conn.execute(
+                statement.on_conflict_do_update(
+                    index_elements=[owners.c.task_id],
+                    set_={
+                        "node_id": self.node_id,
+                        "epoch": owners.c.epoch + 1,
+                        "changed_at": _NOW,
+                    },
+                    where=and_(free, owners.c.revoked == 0),
+                )
+            )
+            row = (
+                await conn.execute(
+                    select(owners.c.node_id, owners.c.epoch, owners.c.revoked).where(
+                        owners.c.task_id == task_id
+                    )
+                )
+            ).one()
+            return Owner(row.node_id, int(row.epoch), bool(row.revoked))
+
+        owner: Owner = await self._run("claim a task", run)
+        return owner
+
+    async def fence(self, task_id: str, epoch: int, intent: tuple[str, str, str] | None) -> bool:
+        """Whether a side effect may start for the task: it is still this node's at
+        `epoch` and has not ended, decided by one guarded UPDATE of the owner row. With an
+        `intent` (tool, key, call id), the intent is written in the same transaction."""
+        owners, intents = schema.task_owners, schema.call_intents
+
+        async def run(conn: AsyncConnection) -> bool:
+            held = await conn.execute(
+                update(owners)
+                .where(
+                    owners.c.task_id == task_id,
+                    owners.c.node_id == self.node_id,
+                    owners.c.epoch == epoch,
+                    owners.c.revoked == 0,
+                )
+                .values(changed_at=owners.c.changed_at)
+            )
+            if held.rowcount != 1:
+                return False
+            if intent is not None:
+                tool, key, call_id = intent
+                row = {"call_id": call_id, "node_id": self.node_id, "epoch": epoch}
+                statement = pg_insert(intents).values(
+                    task_id=task_id, tool=tool, key=key, started_at=_NOW, **row
+                )
+                await conn.execute(
+                    statement.on_conflict_do_update(
+                        index_elements=[intents.c.task_id, intents.c.tool, intents.c.key],
+                        set_={**row, "started_at": _NOW},
+                    )
+                )
+            return True
+
+        allowed: bool = await self._run("fence a side effect", run)
+        return allowed
+
+    async def intent(self, task_id: str, tool: str, key: str) -> Intent | None:
+        intents = schema.call_intents
+
+        async def run(conn: AsyncConnection) -> Intent | None:
+            query = select(intents.c.call_id, intents.c.node_id, intents.c.epoch).where(
+                intents.c.task_id == task_id, intents.c.tool == tool, intents.c.key == key
+            )
+            row = (await conn.execute(query)).first()
+            return None if row is None else Intent(row.call_id, row.node_id, int(row.epoch))
+
+        found: Intent | None = await self._run("read a call's intent", run)
+        return found
+
+    def commit_guard(self, task_id: str, epoch: int) -> tuple[Any, dict[str, Any]]:
+        """The guard and its parameters for committing a side effect's evidence."""
+        return COMMIT_GUARD, {
+            "guard_task": task_id,
+            "guard_node": self.node_id,
+            "guard_epoch": epoch,
+        }
+
+    # -- task ends --------------------------------------------------------------------
+
+    async def revoke(self, task_id: str, at: float, reason: str) -> bool:
+        """End a task: its revocation row and its owner row's `revoked`, in one
+        transaction (a fence waits for it, or it waits for the fence). False when it had
+        ended already."""
+        revocations, owners = schema.revocations, schema.task_owners
+
+        async def run(conn: AsyncConnection) -> bool:
+            inserted = await conn.execute(
+                pg_insert(revocations)
+                .values(task_id=task_id, revoked_at=at, reason=reason[:256])
+                .on_conflict_do_nothing(index_elements=[revocations.c.task_id])
+            )
+            statement = pg_insert(owners).values(
+                task_id=task_id, node_id=None, epoch=1, revoked=1, changed_at=_NOW
+            )
+            await conn.execute(
+                statement.on_conflict_do_update(
+                    index_elements=[owners.c.task_id], set_={"revoked": 1, "changed_at": _NOW}
+                )
+            )
+            return bool(inserted.rowcount == 1)
+
+        changed: bool = await self._run("end a task", run)
+        return changed
+
+    async def ended_since(self, since: float) -> list[Ended]:
+        revocations = schema.revocations
+
+        async def run(conn: AsyncConnection) -> list[Ended]:
+            query = select(
+                revocations.c.task_id, revocations.c.revoked_at, revocations.c.reason
+            ).where(revocations.c.revoked_at >= since)
+            return [
+                Ended(r.task_id, float(r.revoked_at), r.reason) for r in await conn.execute(query)
+            ]
+
+        ended: list[Ended] = await self._run("read task ends", run)
+        return ended
+
+    async def now(self) -> float:
+        async def run(conn: AsyncConnection) -> float:
+            return float((await conn.execute(select(_NOW))).scalar_one())
+
+        now: float = await self._run("read the clock", run)
+        return now
+
+
+async def _free(conn: AsyncConnection, which: Any) -> list[str]:
+    owners = schema.task_owners
+    freed = await conn.execute(
+        update(owners)
+        .where(which)
+        .values(node_id=None, epoch=owners.c.epoch + 1, changed_at=_NOW)
+        .returning(owners.c.task_id)
+    )
+    return list(freed.scalars())

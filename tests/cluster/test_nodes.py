@@ -1,0 +1,316 @@
+"""Two gateway nodes in one process, on a real PostgreSQL and a real NATS server: calls go to
+the task's owner and leave their evidence once, a tab that comes to a node takes the task,
+ends reach every node, a side effect from an old epoch is not accepted, and a key whose
+call died with its node is `in_doubt`, never run again."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pydantic import BaseModel
+from sqlalchemy import func, select
+
+from gateway.cluster.extension import install as join_cluster
+from gateway.cluster.node import ClusterNode
+from gateway.errors import TokenRevoked
+from gateway.registry import Tool, ToolContext
+from gateway.results import Door, ErrorCode, ToolStatus
+from gateway.runtime import Gateway
+from gateway.settings import Settings
+from gateway.store import schema
+from gateway.testing import test_settings
+from gateway.testing.nats import NatsServer, nats_server
+from gateway.testing.postgres import Cluster
+from gateway.tokens import Purpose, new_key
+from tests.core_fixtures import new_task
+
+
+class Note(BaseModel):
+    text: str = ""
+
+
+class Ran:
+    """Which node ran each call of the test tools, and a gate a slow call waits at."""
+
+    def __init__(self) -> None:
+        self.by: list[str] = []
+        self.gate = asyncio.Event()
+        self.entered = asyncio.Event()
+
+
+def tools(node: str, ran: Ran) -> list[Tool]:
+    async def where(_ctx: ToolContext, args: Note) -> dict[str, Any]:
+        ran.by.append(node)
+        return {"node": node, "text": args.text}
+
+    async def write(_ctx: ToolContext, _args: Note) -> dict[str, Any]:
+        ran.by.append(node)
+        return {"node": node}
+
+    async def slow_write(_ctx: ToolContext, _args: Note) -> dict[str, Any]:
+        ran.by.append(node)
+        ran.entered.set()
+        await ran.gate.wait()
+        return {"node": node}
+
+    return [
+        Tool(
+            name="test.where",
+            title="Where",
+            description="where it ran",
+            input_model=Note,
+            handler=where,
+        ),
+        Tool(
+            name="test.write",
+            title="Write",
+            description="a side effect",
+            input_model=Note,
+            handler=write,
+            side_effects=True,
+        ),
+        Tool(
+            name="test.slow_write",
+            title="Slow write",
+            description="a side effect that waits",
+            input_model=Note,
+            handler=slow_write,
+            side_effects=True,
+        ),
+    ]
+
+
+@pytest.fixture(scope="module")
+def nats(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NatsServer]:
+    with nats_server(tmp_path_factory.mktemp("nats") / "nats.log") as server:
+        yield server
+
+
+@pytest.fixture
+def shared(postgres: Cluster, nats: NatsServer) -> dict[str, Any]:
+    """What every node of one cluster shares: the database, the bus and the keys."""
+    return {
+        "database_url": postgres.new_database(),
+        "nats_url": nats.url,
+        "secret_keys": [new_key()],
+        "control_key": new_key(),
+        "cluster_beat_s": 0.2,
+    }
+
+
+def node_settings(tmp_path: Path, name: str, shared: dict[str, Any]) -> Settings:
+    return test_settings(tmp_path / name, node_id=name, **shared)
+
+
+class Nodes:
+    def __init__(self, tmp_path: Path, shared: dict[str, Any]) -> None:
+        self.tmp_path = tmp_path
+        self.shared = shared
+        self.gateways: dict[str, Gateway] = {}
+        self.ran = Ran()
+
+    async def start(self, name: str) -> Gateway:
+        gw = Gateway(node_settings(self.tmp_path, name, self.shared))
+        join_cluster(gw)
+        for tool in tools(name, self.ran):
+            gw.registry.add(tool)
+        await gw.start()
+        self.gateways[name] = gw
+        return gw
+
+    async def stop(self, name: str) -> None:
+        await self.gateways.pop(name).stop()
+
+    async def close(self) -> None:
+        for name in list(self.gateways):
+            await self.stop(name)
+
+
+def node_of(gw: Gateway) -> ClusterNode:
+    return gw.services.get(ClusterNode)
+
+
+@pytest.fixture
+async def nodes(tmp_path: Path, shared: dict[str, Any]) -> AsyncIterator[Nodes]:
+    cluster = Nodes(tmp_path, shared)
+    try:
+        yield cluster
+    finally:
+        await cluster.close()
+
+
+async def evidence_count(gw: Gateway, task_id: str) -> int:
+    ev = schema.evidence
+    query = select(func.count()).where(ev.c.task_id == task_id, ev.c.kind == "call")
+    async with gw.store.engine.connect() as conn:
+        return int((await conn.execute(query)).scalar_one())
+
+
+async def test_a_call_runs_on_the_owner_and_is_recorded_once(nodes: Nodes) -> None:
+    a = await nodes.start("node-a")
+    b = await nodes.start("node-b")
+    identity, _ = await new_task(a)
+    await node_of(a).take(identity.task_id)  # its tab came to node a
+
+    result = await b.pipeline.call(identity, "test.where", {"text": "hi"}, door=Door.MCP)
+
+    assert result.status is ToolStatus.SUCCEEDED, result
+    assert result.output == {"node": "node-a", "text": "hi"}
+    assert nodes.ran.by == ["node-a"]
+    assert await evidence_count(a, identity.task_id) == 1
+    assert node_of(b).routed_out == 1
+    assert node_of(a).routed_in == 1
+
+
+async def test_a_task_nobody_owns_is_taken_by_the_node_its_call_reaches(nodes: Nodes) -> None:
+    a = await nodes.start("node-a")
+    b = await nodes.start("node-b")
+    identity, _ = await new_task(a)
+
+    first = await b.pipeline.call(identity, "test.where", {}, door=Door.MCP)
+    second = await a.pipeline.call(identity, "test.where", {}, door=Door.MCP)
+
+    assert first.output["node"] == second.output["node"] == "node-b"
+    assert node_of(b).owned() == {identity.task_id: 1}
+    assert await evidence_count(a, identity.task_id) == 2
+
+
+async def test_a_tab_taking_the_task_moves_its_calls(nodes: Nodes) -> None:
+    a = await nodes.start("node-a")
+    b = await nodes.start("node-b")
+    identity, _ = await new_task(a)
+    await node_of(a).take(identity.task_id)
+    released: list[str] = []
+
+    async def let_go(task_id: str) -> None:
+        released.append(task_id)
+
+    node_of(a).on_release(let_go)
+    await node_of(b).take(identity.task_id)  # the tab reconnected to node b
+    await wait_for(lambda: released == [identity.task_id])
+
+    result = await a.pipeline.call(identity, "test.where", {}, door=Door.MCP)
+    assert result.output["node"] == "node-b"
+    assert node_of(b).owned() == {identity.task_id: 2}
+    assert node_of(a).owned() == {}
+
+
+async def test_an_end_on_one_node_is_refused_on_every_node(nodes: Nodes) -> None:
+    a = await nodes.start("node-a")
+    b = await nodes.start("node-b")
+    identity, tokens = await new_task(a)
+    await node_of(a).take(identity.task_id)
+    assert (await a.tasks.authenticate(tokens["agent"], Purpose.AGENT)).task_id == identity.task_id
+    ended: list[str] = []
+
+    async def heard(task_id: str, _reason: str) -> None:
+        ended.append(task_id)
+
+    a.tasks.on_end(heard)
+    await b.tasks.end(identity.task_id)
+
+    await wait_for(lambda: ended == [identity.task_id])
+    with pytest.raises(TokenRevoked):
+        await a.tasks.authenticate(tokens["agent"], Purpose.AGENT)
+    result = await b.pipeline.call(identity, "test.write", {}, door=Door.MCP)
+    assert (result.status, result.error and result.error.code) == (
+        ToolStatus.DENIED,
+        ErrorCode.REVOKED,
+    )
+    assert nodes.ran.by == []
+
+
+async def test_an_end_with_its_message_lost_is_read_from_the_store(nodes: Nodes) -> None:
+    a = await nodes.start("node-a")
+    b = await nodes.start("node-b")
+    identity, tokens = await new_task(a)
+    await a.tasks.authenticate(tokens["agent"], Purpose.AGENT)  # known (cached) on node a
+    # Node b ends it in the ledger only, as if its message never left.
+    await node_of(b).ledger.revoke(identity.task_id, time.time(), "ended")
+
+    await wait_for(lambda: identity.task_id in a.tasks.ended_ids())
+    with pytest.raises(TokenRevoked):
+        await a.tasks.authenticate(tokens["agent"], Purpose.AGENT)
+
+
+async def test_a_side_effect_of_an_old_epoch_is_not_accepted(nodes: Nodes) -> None:
+    a = await nodes.start("node-a")
+    b = await nodes.start("node-b")
+    identity, _ = await new_task(a)
+    await node_of(a).take(identity.task_id)
+    call = asyncio.create_task(
+        a.pipeline.call(identity, "test.slow_write", {}, door=Door.MCP, idempotency_key="order-1")
+    )
+    await nodes.ran.entered.wait()  # under way on node a, epoch 1
+    await node_of(b).take(identity.task_id)  # node b holds it now, epoch 2
+    nodes.ran.gate.set()
+
+    late = await call
+    assert late.status is ToolStatus.UNAVAILABLE
+    assert late.error is not None and late.error.code == ErrorCode.IN_DOUBT
+    assert await evidence_count(a, identity.task_id) == 0  # not accepted
+
+    retry = await b.pipeline.call(
+        identity, "test.slow_write", {}, door=Door.MCP, idempotency_key="order-1"
+    )
+    assert retry.error is not None and retry.error.code == ErrorCode.IN_DOUBT, retry
+    assert retry.error.details is not None and retry.error.details["node_id"] == "node-a"
+    assert nodes.ran.by == ["node-a"]  # never run again
+
+
+async def test_a_dead_owner_is_answered_at_once_then_its_task_is_freed(nodes: Nodes) -> None:
+    a = await nodes.start("node-a")
+    b = await nodes.start("node-b")
+    identity, _ = await new_task(a)
+    await node_of(a).take(identity.task_id)
+    # Node a vanishes as a killed process would: off the bus, no more beats, no goodbye.
+    for loop in node_of(a)._loops:
+        loop.cancel()
+    await node_of(a).bus.close()
+
+    gone = await b.pipeline.call(identity, "test.where", {}, door=Door.MCP)
+    assert (gone.status, gone.error and gone.error.code) == (
+        ToolStatus.UNAVAILABLE,
+        ErrorCode.UNAVAILABLE,
+    )
+    assert gone.error is not None and gone.error.retryable
+
+    async def answered_by_b() -> bool:
+        result = await b.pipeline.call(identity, "test.where", {}, door=Door.MCP)
+        return result.status is ToolStatus.SUCCEEDED and result.output["node"] == "node-b"
+
+    await wait_for_async(answered_by_b)
+    assert nodes.ran.by[-1] == "node-b"
+
+
+async def test_a_bad_signature_on_a_routed_call_runs_nothing(nodes: Nodes) -> None:
+    a = await nodes.start("node-a")
+    identity, _ = await new_task(a)
+    await node_of(a).take(identity.task_id)
+    forged = b'{"task_id": "' + identity.task_id.encode() + b'", "tool": "test.write", "input": {}}'
+
+    reply = await node_of(a).bus.request("gw.call.node-a", forged, 5)
+
+    assert b"not_owner" in reply
+    assert nodes.ran.by == []
+
+
+async def wait_for(condition: Any, timeout_s: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError("the condition did not come true in time")
+        await asyncio.sleep(0.02)
+
+
+async def wait_for_async(condition: Any, timeout_s: float = 15.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not await condition():
+        if time.monotonic() > deadline:
+            raise AssertionError("the condition did not come true in time")
+        await asyncio.sleep(0.1)
