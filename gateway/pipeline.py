@@ -17,6 +17,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import math
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
@@ -70,6 +71,7 @@ class _Call:
     side_effect: bool = False  # counted against its side-effect budget
     context: ToolContext | None = None
     idempotency_row: tuple[Any, dict[str, Any]] | None = None
+    shed: bool = False  # turned away before it ran: the evidence writer is too far behind
     epoch: int | None = None  # the owner epoch its side effect ran under (a cluster)
 
     def result(self, recorded_input: Any = None) -> ToolResult:
@@ -255,6 +257,7 @@ class Pipeline:
                 )
                 if answer is not None:
                     return answer
+            self._admit_evidence(call, tool)
             usage = await self._usage_of(identity.task_id)
             self._charge_budget(identity, tool, usage)
             call.charged = True
@@ -325,6 +328,24 @@ class Pipeline:
             await asyncio.shield(self._finish(call))
             raise
         return await self._finish(call)
+
+    def _admit_evidence(self, call: _Call, tool: Tool) -> None:
+        """Turn the call away before it runs when its record could not be committed before
+        its deadline: the evidence writer is that far behind (a database locked or slow).
+        Uncharged, and retryable once the queue has drained."""
+        wait = self.store.commit_wait()
+        if wait < tool.timeout_s:
+            return
+        call.shed = True
+        self.metrics.calls_shed.labels(resource="evidence").inc()
+        raise ToolFailure(
+            ToolStatus.UNAVAILABLE,
+            ErrorCode.OVERLOADED,
+            f"the evidence store is behind: a record would wait about {wait:.1f} s to be "
+            f"stored, past this call's deadline of {tool.timeout_s:g} s; nothing was done",
+            retryable=True,
+            details={"retry_after_s": max(1, math.ceil(wait))},
+        )
 
     def _authorize(self, identity: TaskIdentity, tool: Tool) -> Need | None:
         """None when the grant covers the call; a `Need` when it waits for a person."""
@@ -574,6 +595,9 @@ class Pipeline:
         }
         if call.context is not None and call.context.evidence:
             record["context"] = redact(call.context.evidence)
+        if call.epoch is not None and self.placement is not None:
+            # Which node ran the side effect, and under which of the task's owner epochs.
+            record["owner"] = {"node_id": self.placement.node_id, "epoch": call.epoch}
         rows = [
             self.store.evidence_row(
                 record_id=call.call_id,
@@ -592,7 +616,11 @@ class Pipeline:
         if call.idempotency_row is not None:
             rows.append(call.idempotency_row)
         try:
-            if call.epoch is None or self.placement is None:
+            if call.shed:
+                # Its record joins the queue and the answer does not wait for it: the call
+                # did nothing, and waiting is what it was turned away from.
+                self.store.enqueue(rows).add_done_callback(_unstored)
+            elif call.epoch is None or self.placement is None:
                 await self.store.commit(rows)
             else:
                 guard, params = self.placement.commit_guard(identity.task_id, call.epoch)
@@ -647,6 +675,11 @@ def _lost_owner(call: _Call) -> ToolResult:
             details={"epoch": call.epoch},
         ),
     )
+
+
+def _unstored(done: asyncio.Future[None]) -> None:
+    if not done.cancelled() and done.exception() is not None:
+        log.warning("the record of a call turned away was not stored: %r", done.exception())
 
 
 def bound_output(value: Any, limit: int) -> tuple[Any, bool]:
