@@ -26,14 +26,18 @@ RECONNECT_WAIT_S = 0.25
 
 
 class NatsBus:
-    def __init__(self, client: Client) -> None:
+    def __init__(self, client: Client, closing: asyncio.Event) -> None:
         self._client = client
+        self._closing = closing  # set when the node closes the bus itself: not worth a warning
         self._handlers: set[asyncio.Task[None]] = set()
 
     @classmethod
     async def connect(cls, url: str, name: str) -> NatsBus:
+        closing = asyncio.Event()
+
         async def disconnected() -> None:
-            log.warning("cluster bus: disconnected from NATS; reconnecting")
+            if not closing.is_set():
+                log.warning("cluster bus: disconnected from NATS; reconnecting")
 
         async def reconnected() -> None:
             log.info("cluster bus: connected to NATS again")
@@ -55,7 +59,7 @@ class NatsBus:
             )
         except Exception as exc:  # the client raises several kinds on a failed first connect
             raise BusError(f"cannot reach NATS at {url}: {exc}") from exc
-        return cls(client)
+        return cls(client, closing)
 
     @property
     def connected(self) -> bool:
@@ -104,6 +108,7 @@ class NatsBus:
                 log.info("cluster bus: a reply on %s was not sent: %r", msg.subject, exc)
 
     async def close(self) -> None:
+        self._closing.set()
         for task in list(self._handlers):
             task.cancel()
         if self._handlers:

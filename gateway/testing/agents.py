@@ -97,6 +97,27 @@ async def _sdk_client(
         yield client
 
 
+def bridge_client(base_url: str, task: GatewayTask) -> BridgeClient:
+    """The parent-bridge client a sandboxed runtime of the task holds, aimed at `base_url`.
+
+    The envelope names the gateway by its configured address; the caller reaches it at
+    `base_url` (a free port, the --gateway-url it was given, one node of a cluster)."""
+    envelope = load_bridge(task.bridge_envelope)
+    env = sandbox_env_values(envelope, task.bridge_token)
+    for name, value in env.items():
+        if value.startswith(("http://", "https://")):
+            env[name] = base_url.rstrip("/") + urlsplit(value).path
+    return BridgeClient(envelope, env)
+
+
+async def mcp_call(base_url: str, token: str, tool: str, args: dict[str, Any]) -> dict[str, Any]:
+    """One call by the official MCP client in a session of its own, as an agent makes it."""
+    async with _sdk_client(base_url, token, None) as client:
+        result = await client.call_tool(exposed_name(tool), args)
+    envelope: dict[str, Any] = dict(result.structured_content or {})
+    return envelope
+
+
 class BridgeAgent:
     """The parent-bridge client a sandboxed runtime holds for one task."""
 
@@ -104,14 +125,7 @@ class BridgeAgent:
 
     def __init__(self, loop: LoopThread, base_url: str, task: GatewayTask) -> None:
         self._loop = loop
-        envelope = load_bridge(task.bridge_envelope)
-        env = sandbox_env_values(envelope, task.bridge_token)
-        # The envelope names the gateway by its configured address; the test reaches it at
-        # `base_url` (a free port, or the --gateway-url it was given).
-        for name, value in env.items():
-            if value.startswith(("http://", "https://")):
-                env[name] = base_url.rstrip("/") + urlsplit(value).path
-        self.client = BridgeClient(envelope, env)
+        self.client = bridge_client(base_url, task)
 
     @property
     def allowed_tools(self) -> list[str]:

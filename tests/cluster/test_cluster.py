@@ -13,10 +13,11 @@ from typing import Any
 import httpx
 import pytest
 
+from gateway.testing.agents import bridge_client, mcp_call
 from gateway.testing.cluster import LocalCluster
 from gateway.testing.control import ControlPlane, GatewayTask
 from gateway.testing.postgres import Cluster
-from tests.cluster.clients import ORIGIN, bridge_client, mcp_call, running_tab
+from gateway.testing.tab_client import ORIGIN, running_tab
 
 pytestmark = pytest.mark.cluster
 

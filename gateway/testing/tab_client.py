@@ -1,6 +1,6 @@
-"""Clients of a cluster as its users run them, each aimed at one node or at the front: a
-dashboard tab that reconnects (with jitter, through the front) when its node goes away,
-the official MCP client, the parent-bridge client, and the control plane."""
+"""A dashboard tab spoken from Python that connects again when its connection drops (with
+jitter, to the next of its URLs: a cluster's front, or its nodes in turn), as the page's
+shim does. For the cluster tests and benches, where a node goes away under a tab."""
 
 from __future__ import annotations
 
@@ -11,14 +11,10 @@ import random
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import urlsplit
 
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed
 
-from gateway.bridge.client import BridgeClient, load_bridge
-from gateway.bridge.offer import sandbox_env_values
-from gateway.registry import exposed_name
 from gateway.testing.control import GatewayTask
 
 ORIGIN = "http://127.0.0.1:8765"
@@ -115,29 +111,3 @@ async def running_tab(urls: list[str], task: GatewayTask) -> AsyncIterator[Clust
         runner.cancel()
         with contextlib.suppress(asyncio.CancelledError, Exception):
             await runner
-
-
-async def mcp_call(base_url: str, token: str, tool: str, args: dict[str, Any]) -> dict[str, Any]:
-    """One call by the official MCP client (a session of its own), as an agent makes it."""
-    import httpx2
-    from mcp.client.streamable_http import streamable_http_client
-
-    from mcp import Client
-
-    async with (
-        httpx2.AsyncClient(headers={"authorization": f"Bearer {token}"}, timeout=60) as http,
-        Client(streamable_http_client(f"{base_url}/v1/mcp", http_client=http)) as client,
-    ):
-        result = await client.call_tool(exposed_name(tool), args)
-    envelope: dict[str, Any] = dict(result.structured_content or {})
-    return envelope
-
-
-def bridge_client(base_url: str, task: GatewayTask) -> BridgeClient:
-    """The parent-bridge client a sandboxed runtime of the task holds, aimed at `base_url`."""
-    envelope = load_bridge(task.bridge_envelope)
-    env = sandbox_env_values(envelope, task.bridge_token)
-    for name, value in env.items():
-        if value.startswith(("http://", "https://")):
-            env[name] = base_url.rstrip("/") + urlsplit(value).path
-    return BridgeClient(envelope, env)
