@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test lint typecheck unit stress bench setup browser postgres clean
+.PHONY: run test lint typecheck unit stress bench setup browser postgres cluster-tools cluster clean
 
 $(STAMP): pyproject.toml $(wildcard examples/*/__init__.py)
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' || { echo "Python 3.11+ is needed"; exit 1; }
@@ -21,8 +21,16 @@ browser:
 postgres: $(STAMP)
 	@scripts/ensure-postgres $(BIN)/python
 
+# HAProxy and NATS, for the cluster tests and `make cluster`.
+cluster-tools: $(STAMP)
+	@scripts/ensure-cluster $(BIN)/python
+
 run: setup
 	$(BIN)/gateway serve
+
+# A cluster on loopback to try: PostgreSQL, NATS, S3, three gateways, HAProxy in front.
+cluster: setup postgres cluster-tools
+	@scripts/cluster $(BIN)/python
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
@@ -32,7 +40,7 @@ typecheck: $(STAMP)
 	$(BIN)/mypy
 
 # Both stores: the PostgreSQL half runs here (a throwaway cluster on loopback), not skipped.
-unit: setup postgres
+unit: setup postgres cluster-tools
 	GATEWAY_TEST_REQUIRE_POSTGRES=1 $(BIN)/pytest -m "not stress"
 	# The example dashboard's own suite, run as an app team runs theirs: a session of its own.
 	$(BIN)/pytest examples/synthetic_app/e2e

@@ -11,11 +11,12 @@ from pathlib import Path
 from typing import Annotated
 from urllib.parse import urlsplit
 
-from pydantic import Field, ValidationInfo, field_validator
+from pydantic import Field, ValidationInfo, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from gateway.origins import OriginError, normalize_origin
 from gateway.private_files import private_dir, write_private
+from gateway.sandbox.spec import DEFAULT_MAX_LIMITS, Limits, Repository
 
 
 def _split(value: object) -> object:
@@ -49,7 +50,8 @@ class Settings(BaseSettings):
     max_contexts: int = Field(default=32, ge=1)
     # The task browser: Chromium processes in the pool, never-used contexts kept ready,
     # how long an idle task's context lives, what it keeps as artifacts.
-    browser_processes: int = Field(default=1, ge=1, le=64)
+    # 0 only with `browser_ws_endpoints`: every task browser on the remote servers.
+    browser_processes: int = Field(default=1, ge=0, le=64)
     browser_warm_contexts: int = Field(default=0, ge=0, le=64)
     browser_idle_s: float = Field(default=300.0, gt=0)
     browser_trace: bool = False
@@ -84,8 +86,27 @@ class Settings(BaseSettings):
     workspace_max_bytes: int = Field(default=256 * 1024 * 1024, ge=1)
     workspace_max_files: int = Field(default=10_000, ge=1)
     max_live_tasks_per_org: int = Field(default=100, ge=1)
+    # Sandboxes provisioned per task (docs/sandbox.md). Repositories a task may name, as
+    # JSON {name: {path, command, health_path, env, read_only, ready_timeout_s}}; the
+    # limits a task may ask for at most (and gets when it names none); where checkouts and
+    # data live (default: `sandboxes` in the data dir); the first of the users sandboxes
+    # run as (one per live sandbox, `sandbox_max_live` of them); the DNS suffix of their
+    # origins, one no name server answers; a delegated cgroup v2 folder, if any.
+    sandbox_repositories: dict[str, Repository] = Field(default_factory=dict)
+    sandbox_max_limits: Limits = DEFAULT_MAX_LIMITS
+    sandbox_dir: Path | None = None
+    sandbox_uid_base: int = Field(default=1_900_000_000, ge=10_000, le=4_000_000_000)
+    sandbox_max_live: int = Field(default=32, ge=1, le=65_536)
+    sandbox_domain: str = Field(
+        default="sandbox.internal", pattern=r"^([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\.)*internal$"
+    )
+    sandbox_cgroup: str | None = None
+    sandbox_keep_data_max_bytes: int = Field(default=64 * 1024 * 1024, ge=0)
     example: bool = True
     example_port: int = Field(default=8001, ge=0, le=65535)
+    # `gateway serve` gives each assistant task of the example its own sandbox of the app
+    # at the repository's current commit (false: the shared instance beside the dashboard).
+    example_sandboxes: bool = True
     # Host values every route answers (`name`, `name:port`, `name:*`, or `*`). Empty: the
     # gateway's own host (public_url, else host:port) and loopback. `mcp_allowed_hosts` is
     # this setting's first name, still read; the MCP door also checks browser Origins.
@@ -106,6 +127,10 @@ class Settings(BaseSettings):
     cluster_beat_s: float = Field(default=1.0, gt=0, le=60)
     # Remote Playwright browser servers (`playwright run-server`) a node may open task
     # contexts on, besides its own Chromium; a new context goes to the least loaded.
+    # One pool slot each, besides the `browser_processes` local ones: a server that dies
+    # costs only its own tasks' contexts and is reconnected on demand. Each must run its
+    # Chromium in this gateway's network jail, on this machine (docs/task-browser.md),
+    # or its probe refuses it and its slot never serves.
     browser_ws_endpoints: Annotated[list[str], NoDecode] = Field(default_factory=list)
 
     @field_validator("secret_keys", mode="before")
@@ -148,8 +173,18 @@ class Settings(BaseSettings):
         return values
 
     @property
+    def sandbox_root(self) -> Path:
+        return self.sandbox_dir if self.sandbox_dir is not None else self.data_dir / "sandboxes"
+
+    @property
     def base_url(self) -> str:
         return (self.public_url or f"http://{self.host}:{self.port}").rstrip("/")
+
+    @model_validator(mode="after")
+    def _some_browser(self) -> Settings:
+        if self.browser_processes == 0 and not self.browser_ws_endpoints:
+            raise ValueError("browser_processes may be 0 only with browser_ws_endpoints set")
+        return self
 
     @property
     def clustered(self) -> bool:

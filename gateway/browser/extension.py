@@ -43,6 +43,7 @@ def install(gw: Gateway) -> list[BaseRoute]:
     gw.services.provide(BrowserPool, pool)
     tools.register(gw.registry, gw.settings)
     gw.tasks.on_end(pool.end_task)
+    pool.placement = gw.placement
     if gw.placement is not None:
         # The task's context lives on its owner; a node that lost the task closes its own.
         gw.placement.on_release(lambda task_id: pool.end_task(task_id, "moved"))

@@ -23,6 +23,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from gateway.errors import ToolFailure
 from gateway.identity import TaskIdentity
+from gateway.ports import Placement
 from gateway.results import ErrorCode, ToolStatus
 from gateway.settings import Settings
 
@@ -78,13 +79,18 @@ class BrowserPool:
         self._warm: list[BrowserSession] = []
         self._warming: asyncio.Task[None] | None = None
         self._ended: dict[str, float] = {}
+        # On a node of a cluster: where the task's browser was before this node took it.
+        self.placement: Placement | None = None
         self._closers: set[asyncio.Task[None]] = set()
         self._reaper: asyncio.Task[None] | None = None
         self._unsubscribe: Any = None
         self._closing = False
+        # `count` is every slot, local Chromium and remote servers alike: each gets its share
+        # of task starts and an admission of its own.
         self._starting = asyncio.Semaphore(STARTS_PER_PROCESS * processes.count)
         self.refused = 0
-        # By process index: a relaunched Chromium takes its place, queue and average.
+        # By slot index: a relaunched Chromium (a reconnected server) takes its place, queue
+        # and average.
         self.admissions = [
             Admission(
                 settings.browser_actions_per_process,
@@ -201,6 +207,9 @@ class BrowserPool:
                 )
         if task_id in self._ended or identity.expired():
             raise ToolFailure(ToolStatus.DENIED, ErrorCode.REVOKED, "the task has ended")
+        moved = self.placement.browser_moved(task_id) if self.placement is not None else None
+        if moved is not None:
+            raise browser_unavailable(moved)
         opening = self._opening.get(task_id)
         if opening is None:
             if self._closing:
@@ -241,6 +250,8 @@ class BrowserPool:
             raise ToolFailure(ToolStatus.DENIED, ErrorCode.REVOKED, "the task has ended")
         self._sessions[identity.task_id] = session
         self._refill(delay=WARM_REFILL_DELAY_S)
+        if self.placement is not None:
+            await self.placement.browser_opened(identity.task_id)
         return session
 
     def _take_warm(self) -> BrowserSession | None:

@@ -1,12 +1,19 @@
-"""The pool's Chromium processes: launched here through Playwright, or a remote server.
+"""The pool's browsers: Chromium processes launched here, and remote Playwright servers.
+
+The pool has slots: `browser_processes` of them launch a Chromium here (or, with the
+single `browser_ws_endpoint`, each connects to that server instead), and each of
+`browser_ws_endpoints` connects to its server. A new context goes to the live slot with
+the fewest contexts.
 
 Each process is launched in the network jail (`jail.py`): its own network namespace, where
 the only destination is the guard, as an unprivileged user with Chromium's own sandbox on.
 The flags stay as a second line: loopback traffic is not exempt from a context's proxy
 (`--proxy-bypass-list=<-loopback>`) and WebRTC may not send UDP around it. Every browser,
 launched here or remote, must pass the guard probe before its first task
-(`guard_probe.py`). A process that dies is reported to the listeners (the pool
-fails its tasks' browsers) and relaunched; the other processes and their tasks go on.
+(`guard_probe.py`); a remote one passes only from inside this gateway's jail. A slot whose
+browser dies (a process, or a server's connection) is reported to the listeners (the pool
+fails its tasks' browsers) and relaunched or reconnected; the other slots and their tasks
+go on.
 """
 
 from __future__ import annotations
@@ -16,8 +23,10 @@ import contextlib
 import logging
 import os
 import secrets
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from urllib.parse import urlsplit
 
 from playwright.async_api import Browser, Playwright, async_playwright
 from playwright.async_api import Error as PlaywrightError
@@ -53,6 +62,11 @@ TASK_BROWSER_DISABLED_FEATURES = (
     "OptimizationGuideModelDownloading",
 )
 LAUNCH_TIMEOUT_S = 30.0
+# A slot whose launch or connection failed is not tried again in the background for this
+# long while other slots serve: an endpoint that is down, or refused at its probe, would
+# otherwise be dialled (and probed: a context and a page on it) for every new context.
+# With no slot live, every call still tries them all at once.
+RETRY_FAILED_AFTER_S = 5.0
 
 
 @dataclass(eq=False)
@@ -63,6 +77,7 @@ class BrowserProcess:
     browser: Browser
     pid: int | None  # None for a remote browser
     marker: str
+    endpoint: str | None = None  # the remote server's, None for a Chromium launched here
     # The jail whose guard socket this browser's contexts use (None: the browser reaches
     # the gateway's loopback, where each context's proxy listens on a port of its own).
     jail: BrowserJail | None = None
@@ -82,10 +97,20 @@ DeathListener = Callable[[BrowserProcess], None]
 
 class BrowserProcesses:
     def __init__(
-        self, settings: Settings, *, count: int | None = None, jail: BrowserJail | None = None
+        self, settings: Settings, *, local: int | None = None, jail: BrowserJail | None = None
     ) -> None:
+        """`local`: slots besides the endpoints' (default `browser_processes`; 0 for remote
+        browsers only)."""
         self.settings = settings
-        self.count = count or settings.browser_processes
+        local = settings.browser_processes if local is None else local
+        # By slot index, what it connects to; None launches a Chromium here.
+        self.endpoints: list[str | None] = [
+            *[settings.browser_ws_endpoint or None] * local,
+            *settings.browser_ws_endpoints,
+        ]
+        if not self.endpoints:
+            raise ValueError("the browser pool needs a local process or a remote endpoint")
+        self.count = len(self.endpoints)
         # The jail every browser of this pool runs in (a test may share one with a remote
         # server it launches itself); None when the setting turns the jail off.
         if jail is None and settings.browser_network_jail:
@@ -94,14 +119,11 @@ class BrowserProcesses:
         self._playwright: Playwright | None = None
         self._slots: list[BrowserProcess | None] = [None] * self.count
         self._launching: dict[int, asyncio.Task[BrowserProcess]] = {}
+        self._failed_at: dict[int, float] = {}
         self._listeners: list[DeathListener] = []
         self._closing = False
         self._driver_lock = asyncio.Lock()
         self.launches = 0
-
-    @property
-    def remote(self) -> bool:
-        return bool(self.settings.browser_ws_endpoint)
 
     def on_death(self, listener: DeathListener) -> Callable[[], None]:
         self._listeners.append(listener)
@@ -111,9 +133,14 @@ class BrowserProcesses:
         return [s for s in self._slots if s is not None and s.alive]
 
     async def start(self) -> None:
-        """Launch every process now (otherwise the first `pick` launches them)."""
+        """Launch every slot now (otherwise the first `pick` launches them). Fails only when
+        none starts: a slot that did not is tried again by a later `pick`."""
         await self._driver()
-        await asyncio.gather(*(self._ensure(i) for i in range(self.count)))
+        results = await asyncio.gather(
+            *(self._ensure(i) for i in range(self.count)), return_exceptions=True
+        )
+        if not self.live():
+            raise _none_started(results)
 
     async def _driver(self) -> Playwright:
         async with self._driver_lock:
@@ -149,21 +176,29 @@ class BrowserProcesses:
         live = self.live()
         if len(live) < self.count:
             # Start the missing ones; wait only when nothing else is available.
-            pending = [
-                self._ensure(i) for i, s in enumerate(self._slots) if s is None or not s.alive
-            ]
+            missing = [i for i, s in enumerate(self._slots) if s is None or not s.alive]
             if not live:
-                results = await asyncio.gather(*pending, return_exceptions=True)
+                results = await asyncio.gather(
+                    *(self._ensure(i) for i in missing), return_exceptions=True
+                )
                 live = [r for r in results if isinstance(r, BrowserProcess) and r.alive]
                 if not live:
-                    why = next(
-                        (r.message for r in results if isinstance(r, ToolFailure)), "see the log"
-                    )
-                    raise browser_unavailable(f"no browser could be started ({why}); retry later")
+                    raise _none_started(results)
             else:
-                for coro in pending:
-                    asyncio.ensure_future(coro).add_done_callback(_quiet)
+                now = time.monotonic()
+                for index in missing:
+                    failed_at = self._failed_at.get(index)
+                    if failed_at is None or now - failed_at >= RETRY_FAILED_AFTER_S:
+                        self._ensure(index).add_done_callback(_quiet)
         return min(live, key=lambda s: s.contexts)
+
+    def describe(self, index: int) -> str:
+        """The slot for a log line: a remote one by its server's address (its path, which
+        `launch-server` makes secret, is left out)."""
+        endpoint = self.endpoints[index]
+        if endpoint is None:
+            return f"browser {index}"
+        return f"browser {index} (remote, {urlsplit(endpoint).netloc})"
 
     def _ensure(self, index: int) -> asyncio.Future[BrowserProcess]:
         slot = self._slots[index]
@@ -178,38 +213,69 @@ class BrowserProcesses:
         return task
 
     async def _launch(self, index: int) -> BrowserProcess:
+        try:
+            return await self._launch_slot(index)
+        except BaseException:
+            self._failed_at[index] = time.monotonic()
+            raise
+
+    async def _launch_slot(self, index: int) -> BrowserProcess:
         assert self._playwright is not None, "the browser processes are not started"
         marker = f"--gateway-browser={secrets.token_hex(8)}"
+        endpoint = self.endpoints[index]
         try:
-            if self.settings.browser_ws_endpoint:
+            if endpoint is not None:
                 browser = await self._playwright.chromium.connect(
-                    self.settings.browser_ws_endpoint, timeout=LAUNCH_TIMEOUT_S * 1000
+                    endpoint, timeout=LAUNCH_TIMEOUT_S * 1000
                 )
                 pid = None
             else:
                 browser, pid = await self._launch_local(marker)
         except (PlaywrightError, OSError, RuntimeError) as exc:
-            log.error("browser %d could not start: %s", index, exc)
-            raise browser_unavailable(f"the browser could not start: {exc}") from exc
+            why = self._reason(index, exc)
+            log.error("%s could not start: %s", self.describe(index), why)
+            raise browser_unavailable(f"the browser could not start: {why}") from exc
         try:
-            if self.jail is not None and not self.remote:
+            if self.jail is not None and endpoint is None:
                 await self._check_jailed(pid)
             # A remote browser is usable only from inside a jail that reported here.
             await probe_guard(browser, self.jail, pid)
         except (GuardBypassed, JailUnavailable, PlaywrightError) as exc:
             # Fail closed: a browser the guard cannot see into serves no task.
-            log.error("browser %d is not used: %s", index, exc)
+            why = self._reason(index, exc)
+            log.error("%s is not used: %s", self.describe(index), why)
             with contextlib.suppress(Exception):
                 await browser.close()
-            raise browser_unavailable(f"the browser is not used: {exc}") from exc
+            raise browser_unavailable(f"the browser is not used: {why}") from exc
         self.launches += 1
-        slot = BrowserProcess(index=index, browser=browser, pid=pid, marker=marker, jail=self.jail)
+        self._failed_at.pop(index, None)
+        slot = BrowserProcess(
+            index=index,
+            browser=browser,
+            pid=pid,
+            marker=marker,
+            endpoint=endpoint,
+            jail=self.jail,
+        )
         browser.on("disconnected", lambda _b: self._died(slot))
         if self._closing:
             await browser.close()
             raise browser_unavailable("the browser pool is shutting down")
         self._slots[index] = slot
         return slot
+
+    def _reason(self, index: int, exc: BaseException) -> str:
+        """The error without the endpoint's path: `launch-server` makes that path the
+        server's only secret, Playwright's call log names the endpoint whole, and the
+        reason reaches the task's caller."""
+        text = str(exc)
+        endpoint = self.endpoints[index]
+        if endpoint is not None:
+            parts = urlsplit(endpoint)
+            text = text.replace(endpoint, f"{parts.scheme}://{parts.netloc}")
+            if parts.path not in ("", "/"):
+                text = text.replace(parts.path, "/...")
+        return text
 
     async def _launch_local(self, marker: str) -> tuple[Browser, int | None]:
         extra = [*GUARD_ARGS, marker]
@@ -264,13 +330,22 @@ class BrowserProcesses:
             slot.jail.forget(slot.pid)
         if self._closing:
             return
-        log.warning("browser %d (pid %s) is gone; relaunching", slot.index, slot.pid)
+        log.warning(
+            "%s%s is gone; starting it again",
+            self.describe(slot.index),
+            "" if slot.pid is None else f" (pid {slot.pid})",
+        )
         for listener in list(self._listeners):
             try:
                 listener(slot)
             except Exception:
                 log.exception("a browser death listener failed")
         self._ensure(slot.index).add_done_callback(_quiet)
+
+
+def _none_started(results: list[BrowserProcess | BaseException]) -> ToolFailure:
+    why = next((r.message for r in results if isinstance(r, ToolFailure)), "see the log")
+    return browser_unavailable(f"no browser could be started ({why}); retry later")
 
 
 def _quiet(future: asyncio.Future[BrowserProcess]) -> None:

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Float, and_, bindparam, cast, func, select, update
+from sqlalchemy import Float, bindparam, cast, func, select, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
@@ -45,6 +45,8 @@ class Owner:
     node_id: str | None
     epoch: int
     revoked: bool
+    # Set by a claim that took the task from a node that had opened its browser context.
+    browser_lost: bool = False
 
 
 @dataclass(frozen=True)
@@ -198,30 +200,30 @@ class Ledger:
         owners = schema.task_owners
 
         async def run(conn: AsyncConnection) -> Owner:
-            statement = pg_insert(owners).values(
-                task_id=task_id, node_id=self.node_id, epoch=1, revoked=0, changed_at=_NOW
-            )
-            current = owners.c.node_id
-            free = current.is_(None) if not take_over else current.is_distinct_from(self.node_id)
+            # The row first (nobody's, epoch 0), then it is locked: two nodes claiming a
+            # new task take turns instead of one failing on the other's insert.
             await conn.execute(
-                statement.on_conflict_do_update(
-                    index_elements=[owners.c.task_id],
-                    set_={
-                        "node_id": self.node_id,
-                        "epoch": owners.c.epoch + 1,
-                        "changed_at": _NOW,
-                    },
-                    where=and_(free, owners.c.revoked == 0),
-                )
+                pg_insert(owners)
+                .values(task_id=task_id, node_id=None, epoch=0, revoked=0, changed_at=_NOW)
+                .on_conflict_do_nothing(index_elements=[owners.c.task_id])
             )
             row = (
                 await conn.execute(
-                    select(owners.c.node_id, owners.c.epoch, owners.c.revoked).where(
-                        owners.c.task_id == task_id
-                    )
+                    select(owners.c.node_id, owners.c.epoch, owners.c.revoked, owners.c.browser)
+                    .where(owners.c.task_id == task_id)
+                    .with_for_update()
                 )
             ).one()
-            return Owner(row.node_id, int(row.epoch), bool(row.revoked))
+            held = Owner(row.node_id, int(row.epoch), bool(row.revoked))
+            free = row.node_id is None or (take_over and row.node_id != self.node_id)
+            if held.revoked or not free:
+                return held
+            await conn.execute(
+                update(owners)
+                .where(owners.c.task_id == task_id)
+                .values(node_id=self.node_id, epoch=held.epoch + 1, browser=0, changed_at=_NOW)
+            )
+            return Owner(self.node_id, held.epoch + 1, False, browser_lost=bool(row.browser))
 
         owner: Owner = await self._run("claim a task", run)
         return owner
@@ -261,6 +263,23 @@ class Ledger:
 
         allowed: bool = await self._run("fence a side effect", run)
         return allowed
+
+    async def browser_opened(self, task_id: str, epoch: int) -> None:
+        """This node, the owner at `epoch`, opened the task's browser context."""
+        owners = schema.task_owners
+
+        async def run(conn: AsyncConnection) -> None:
+            await conn.execute(
+                update(owners)
+                .where(
+                    owners.c.task_id == task_id,
+                    owners.c.node_id == self.node_id,
+                    owners.c.epoch == epoch,
+                )
+                .values(browser=1)
+            )
+
+        await self._run("note a browser context", run)
 
     async def intent(self, task_id: str, tool: str, key: str) -> Intent | None:
         intents = schema.call_intents

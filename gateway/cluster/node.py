@@ -78,6 +78,8 @@ class ClusterNode:
         self._bus: Bus | None = None
         self._mine: dict[str, int] = {}  # tasks this node owns, and their epoch
         self._others: dict[str, tuple[Owner, float]] = {}  # believed owners, and since when
+        # Tasks taken from a node that had opened their browser context: told once.
+        self._browser_moved: dict[str, str] = {}
         self._release: list[ReleaseListener] = []
         self._ends_seen = 0.0
         # Ends heard from other nodes: told to this node's listeners, not announced again.
@@ -210,12 +212,23 @@ class ClusterNode:
     def commit_guard(self, task_id: str, epoch: int) -> tuple[Any, dict[str, Any]]:
         return self.ledger.commit_guard(task_id, epoch)
 
+    def browser_moved(self, task_id: str) -> str | None:
+        return self._browser_moved.pop(task_id, None)
+
+    async def browser_opened(self, task_id: str) -> None:
+        epoch = self._mine.get(task_id)
+        if epoch is not None:
+            try:
+                await self.ledger.browser_opened(task_id, epoch)
+            except GatewayError as exc:
+                log.warning("cluster: a browser context of %s was not noted: %s", task_id, exc)
+
     async def take(self, task_id: str) -> None:
         owner = await self.ledger.claim(task_id, take_over=True)
         if owner.node_id != self.node_id:
             return  # ended: the tab's own checks refuse it
         if self._mine.get(task_id) != owner.epoch:
-            self._own(task_id, owner.epoch)
+            self._own(task_id, owner)
             await self._tell_owner(task_id, owner)
 
     # -- routing ------------------------------------------------------------------------
@@ -233,7 +246,7 @@ class ClusterNode:
         if owner.node_id is None and not owner.revoked:
             owner = await self.ledger.claim(task_id, take_over=False)
             if owner.node_id == self.node_id:
-                self._own(task_id, owner.epoch)
+                self._own(task_id, owner)
                 await self._tell_owner(task_id, owner)
                 return None
         if owner.node_id is None or owner.revoked:
@@ -243,7 +256,7 @@ class ClusterNode:
             # go): claim it anew, under a new epoch.
             owner = await self.ledger.claim(task_id, take_over=True)
             if owner.node_id == self.node_id:
-                self._own(task_id, owner.epoch)
+                self._own(task_id, owner)
                 await self._tell_owner(task_id, owner)
             return None
         self._others[task_id] = (owner, time.monotonic())
@@ -330,9 +343,14 @@ class ClusterNode:
 
     # -- owners ---------------------------------------------------------------------------
 
-    def _own(self, task_id: str, epoch: int) -> None:
-        self._mine[task_id] = epoch
+    def _own(self, task_id: str, owner: Owner) -> None:
+        self._mine[task_id] = owner.epoch
         self._others.pop(task_id, None)
+        if owner.browser_lost:
+            self._browser_moved[task_id] = (
+                "the task's browser context was on another gateway node, which no longer "
+                "holds the task; it is lost, and the next call gets a new one"
+            )
 
     async def _lose(self, task_id: str) -> None:
         if self._mine.pop(task_id, None) is None:

@@ -145,6 +145,9 @@ task_owners = Table(
     Column("node_id", String(64)),  # null: nobody holds it now
     Column("epoch", Integer, nullable=False),
     Column("revoked", Integer, nullable=False, default=0),
+    # 1 once the owner opened the task's browser context: a node that takes the task over
+    # from it tells the agent, once, that the context was lost.
+    Column("browser", Integer, nullable=False, default=0),
     Column("changed_at", Float, nullable=False),
 )
 

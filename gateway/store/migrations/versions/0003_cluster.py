@@ -32,6 +32,7 @@ def upgrade() -> None:
         sa.Column("node_id", sa.String(64)),
         sa.Column("epoch", sa.Integer, nullable=False),
         sa.Column("revoked", sa.Integer, nullable=False, server_default="0"),
+        sa.Column("browser", sa.Integer, nullable=False, server_default="0"),
         sa.Column("changed_at", sa.Float, nullable=False),
     )
     op.create_table(

