@@ -21,6 +21,7 @@ QUICK = {
     "browser": ["--rounds", "6", "--tasks", "32"],
     "mcp": ["--rounds", "4"],
     "bridge": ["--rounds", "150", "--command-rounds", "6"],
+    "cluster": ["--rounds", "100"],
     # The peer comparison keeps its own rounds: with fewer, its rows at 8 sessions are
     # within the run-to-run noise of each other.
 }

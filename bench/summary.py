@@ -34,6 +34,8 @@ ORDER = [
     "example",
     "characters",
     "fixtures",
+    "overload",
+    "cluster",
     "peer",
 ]
 RATIO_KEYS = (
@@ -56,6 +58,8 @@ BASELINES = {
     "bridge": "pipeline + bare HTTP + artifact write",
     "example": "the operation the tool wraps",
     "fixtures": "a bare page.goto of the same page",
+    "overload": "the same calls on an idle gateway",
+    "cluster": "the same call made on the task's owner",
     "peer": "Playwright MCP",
 }
 
