@@ -314,3 +314,21 @@ async def wait_for_async(condition: Any, timeout_s: float = 15.0) -> None:
         if time.monotonic() > deadline:
             raise AssertionError("the condition did not come true in time")
         await asyncio.sleep(0.1)
+
+
+async def test_a_task_taken_from_a_node_with_its_browser_says_so_once(nodes: Nodes) -> None:
+    a = await nodes.start("node-a")
+    b = await nodes.start("node-b")
+    identity, _ = await new_task(a)
+    other, _ = await new_task(a)
+    for task_id in (identity.task_id, other.task_id):
+        await node_of(a).take(task_id)
+    await node_of(a).browser_opened(identity.task_id)  # only the first had a browser on a
+
+    for task_id in (identity.task_id, other.task_id):
+        await node_of(b).take(task_id)
+
+    told = node_of(b).browser_moved(identity.task_id)
+    assert told is not None and "lost" in told
+    assert node_of(b).browser_moved(identity.task_id) is None  # once
+    assert node_of(b).browser_moved(other.task_id) is None  # it had none to lose
