@@ -52,7 +52,9 @@ class Metrics:
             registry=self.registry,
         )
         # Calls turned away at once because a resource was overloaded (they ran nothing
-        # and are retryable), by resource: `browser` (the task browser's action slots).
+        # and are retryable), by resource: `browser` (the task browser's action slots),
+        # `tab` (a dashboard tab's UI actions: nothing was sent to the tab), `evidence`
+        # (the store's writer, too far behind to record the call before its deadline).
         self.calls_shed = Counter(
             "gateway_calls_shed",
             "Calls refused as overloaded before they ran, by resource",

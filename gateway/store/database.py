@@ -1,14 +1,15 @@
 """The store: an async SQLAlchemy engine for reads, and a group-commit writer for evidence.
 
-Evidence of a call must be durable before its result is returned, but one transaction per
-call caps throughput at the disk's commit rate. The writer takes every record queued while
-the previous transaction was committing and writes them in one transaction; each caller
-awaits the commit of the batch that holds its record, so nothing is acknowledged before it
-is stored, and concurrent calls share one commit.
+Evidence of a call must be durable before its result is returned; the writer
+(gateway/store/writer.py) commits every record queued while the previous transaction was
+committing in one transaction, and each caller awaits the commit of the batch that holds
+its record, so nothing is acknowledged before it is stored.
 
-The writer is one thread with a plain (sync) SQLAlchemy Core connection: an async engine
-costs about 0.6 ms per commit in thread hops on SQLite, the thread about a tenth of that
-(bench/core.py), and one writer is all SQLite allows at a time anyway.
+The records asked for in one turn of the event loop form one batch (the calls that finish
+together share a commit even when the writer is idle), handed to the writer once the turn
+is over. The writer is one thread with a plain (sync) connection: an async engine costs
+about 0.6 ms per commit in thread hops on SQLite, and one writer is all SQLite allows at a
+time anyway.
 """
 
 from __future__ import annotations
@@ -17,9 +18,7 @@ import asyncio
 import contextlib
 import hashlib
 import json
-import queue
 import secrets
-import threading
 import time
 import weakref
 from collections.abc import AsyncIterator, Mapping, Sequence
@@ -28,9 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from sqlalchemy import (
-    Table,
     bindparam,
-    create_engine,
     event,
     func,
     insert,
@@ -46,6 +43,7 @@ from gateway.identity import TaskIdentity
 from gateway.private_files import private_dir, private_file
 from gateway.store import migrate, schema
 from gateway.store.objects import LocalObjects, ObjectMissing, ObjectReader, ObjectStore, Placement
+from gateway.store.writer import Guarded, Pending, Row, Writer, settle, sqlite_pragmas
 
 
 @dataclass(frozen=True)
@@ -76,53 +74,6 @@ class ArtifactRef:
         }
 
 
-@dataclass
-class _Pending:
-    rows: list[tuple[Any, dict[str, Any]]]
-    done: asyncio.Future[None]
-    loop: asyncio.AbstractEventLoop
-
-    def settle(self, error: BaseException | None) -> None:
-        self.loop.call_soon_threadsafe(_settle, self.done, error)
-
-
-@dataclass
-class _Guarded:
-    """One conditional change: `rows` are written only if `guard` (an UPDATE) changed
-    exactly one row, in one transaction; `done` answers whether it did."""
-
-    guard: Any  # an UPDATE with bind parameters, built once
-    params: dict[str, Any]
-    rows: list[tuple[Any, dict[str, Any]]]
-    done: asyncio.Future[bool]
-    loop: asyncio.AbstractEventLoop
-
-    def settle(self, changed: bool | None, error: BaseException | None = None) -> None:
-        self.loop.call_soon_threadsafe(_settle_guarded, self.done, changed, error)
-
-
-def _settle_guarded(
-    done: asyncio.Future[bool], changed: bool | None, error: BaseException | None
-) -> None:
-    if done.done():
-        return
-    if error is not None:
-        done.set_exception(error)
-    else:
-        done.set_result(bool(changed))
-
-
-def _settle(done: asyncio.Future[None], error: BaseException | None) -> None:
-    if done.done():
-        return
-    if error is None:
-        done.set_result(None)
-    else:
-        done.set_exception(error)
-
-
-_STOP = object()
-
 # Decide an approval only while it is pending: the first answer changes the row, any later
 # one finds nothing to change.
 _SETTLE_APPROVAL = (
@@ -139,164 +90,21 @@ _SETTLE_APPROVAL = (
 )
 
 
-class _Writer:
-    """The group-commit thread: drain the queue, one transaction, settle every caller."""
-
-    def __init__(self, url: str, synchronous: str | None) -> None:
-        self._engine = create_engine(url)
-        if synchronous is not None:
-            pragmas = _sqlite_pragmas if self._engine.dialect.name == "sqlite" else _pg_commit
-            event.listen(self._engine, "connect", pragmas(synchronous))
-        self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
-        self._thread = threading.Thread(target=self._run, name="evidence-writer", daemon=True)
-        self._compiled: dict[tuple[str, tuple[str, ...]], tuple[str, tuple[str, ...] | None]] = {}
-        # Guard statements are module constants: compiled once, keyed by identity.
-        self._guards: dict[int, tuple[str, tuple[str, ...] | None]] = {}
-        self.batches = 0
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def submit(self, item: _Pending | _Guarded) -> None:
-        if not self._thread.is_alive():
-            raise StorageError("the evidence writer is not running")
-        self._queue.put(item)
-
-    def stop(self) -> None:
-        self._queue.put(_STOP)
-        self._thread.join()
-        self._engine.dispose()
-
-    def _run(self) -> None:
-        # The DBAPI connection directly: the statements are SQLAlchemy Core, compiled once
-        # per table for this dialect, but each batch skips the per-execute machinery.
-        raw = self._engine.raw_connection()
-        try:
-            stopping = False
-            while not stopping:
-                batch: list[_Pending] = []
-                guarded: list[_Guarded] = []
-                item = self._queue.get()
-                while True:
-                    if item is _STOP:
-                        stopping = True
-                    elif isinstance(item, _Guarded):
-                        guarded.append(item)
-                    else:
-                        batch.append(item)
-                    try:
-                        item = self._queue.get_nowait()
-                    except queue.Empty:
-                        break
-                if batch:
-                    self._commit(raw, batch)
-                for change in guarded:
-                    self._change(raw, change)
-        finally:
-            raw.close()
-
-    def _statement(self, table: Table, keys: tuple[str, ...]) -> tuple[str, tuple[str, ...] | None]:
-        cached = self._compiled.get((table.name, keys))
-        if cached is None:
-            compiled = insert(table).compile(dialect=self._engine.dialect, column_keys=list(keys))
-            order = tuple(compiled.positiontup) if compiled.positiontup else None
-            cached = self._compiled[(table.name, keys)] = (str(compiled), order)
-        return cached
-
-    def _change(self, raw: Any, change: _Guarded) -> None:
-        cached = self._guards.get(id(change.guard))
-        if cached is None:
-            compiled = change.guard.compile(dialect=self._engine.dialect)
-            order = tuple(compiled.positiontup) if compiled.positiontup else None
-            cached = self._guards[id(change.guard)] = (str(compiled), order)
-        sql, order = cached
-        try:
-            params = tuple(change.params[k] for k in order) if order is not None else change.params
-            cursor = raw.cursor()
-            try:
-                cursor.execute(sql, params)
-                changed = cursor.rowcount == 1
-                if changed:
-                    for table, values in change.rows:
-                        sql, keys = self._statement(table, tuple(values))
-                        cursor.execute(
-                            sql, tuple(values[k] for k in keys) if keys is not None else values
-                        )
-                    raw.commit()
-                else:
-                    raw.rollback()
-            finally:
-                cursor.close()
-        except Exception as exc:
-            with contextlib.suppress(Exception):
-                raw.rollback()
-            change.settle(None, StorageError(f"the change could not be stored: {exc}"))
-            return
-        change.settle(changed)
-
-    def _commit(self, raw: Any, batch: list[_Pending]) -> None:
-        grouped: dict[tuple[Table, tuple[str, ...]], list[dict[str, Any]]] = {}
-        for pending in batch:
-            for table, values in pending.rows:
-                grouped.setdefault((table, tuple(values)), []).append(values)
-        try:
-            cursor = raw.cursor()
-            try:
-                for (table, keys), values_list in grouped.items():
-                    sql, order = self._statement(table, keys)
-                    params = (
-                        [tuple(v[k] for k in order) for v in values_list]
-                        if order is not None
-                        else values_list
-                    )
-                    cursor.executemany(sql, params)
-                raw.commit()
-            finally:
-                cursor.close()
-        except Exception as exc:  # a failed batch fails its callers, not the writer
-            with contextlib.suppress(Exception):
-                raw.rollback()
-            error = StorageError(f"evidence could not be stored: {type(exc).__name__}")
-            for pending in batch:
-                pending.settle(error)
-            return
-        self.batches += 1
-        for pending in batch:
-            pending.settle(None)
-
-
-def _pg_commit(synchronous: str) -> Any:
-    """PostgreSQL's commit waits for its WAL flush unless told otherwise (`OFF`, `NORMAL`:
-    the writer's commits are asynchronous, lost only if the database server itself stops
-    within a fraction of a second, as SQLite's `NORMAL` loses them only to a power cut)."""
-    setting = "on" if synchronous in ("FULL", "EXTRA") else "off"
-
-    def apply(dbapi_conn: Any, _record: Any) -> None:
-        cur = dbapi_conn.cursor()
-        cur.execute(f"SET synchronous_commit = {setting}")
-        cur.close()
-        dbapi_conn.commit()
-
-    return apply
-
-
-def _sqlite_pragmas(synchronous: str) -> Any:
-    def apply(dbapi_conn: Any, _record: Any) -> None:
-        cur = dbapi_conn.cursor()
-        cur.execute("PRAGMA journal_mode=WAL")
-        cur.execute(f"PRAGMA synchronous={synchronous}")
-        cur.execute("PRAGMA busy_timeout=5000")
-        cur.close()
-
-    return apply
-
-
 def new_id(prefix: str) -> str:
     return f"{prefix}_{secrets.token_hex(10)}"
 
 
 def sqlite_url(data_dir: Path) -> str:
     return f"sqlite+aiosqlite:///{data_dir / 'gateway.db'}"
+
+
+@dataclass
+class _Turn:
+    """The rows asked for in one turn of an event loop, committed together."""
+
+    rows: list[Row]
+    done: asyncio.Future[None]
+    loop: asyncio.AbstractEventLoop
 
 
 @dataclass(frozen=True)
@@ -322,7 +130,10 @@ class Store:
         self.data_dir = data_dir
         self._synchronous = synchronous.upper()
         self._engine: AsyncEngine | None = None
-        self._writer: _Writer | None = None
+        self._writer: Writer | None = None
+        self._turn: _Turn | None = None  # the rows asked for in this turn of the loop
+        # The loop whose current turn already committed on its own thread.
+        self._inline_turn: asyncio.AbstractEventLoop | None = None
         # Where artifact bytes live (gateway.store.objects); the rows stay here.
         self.objects: ObjectStore = objects if objects is not None else LocalObjects(data_dir)
         self.max_artifacts_per_task = max_artifacts_per_task
@@ -351,15 +162,16 @@ class Store:
             for path in _sqlite_files(self.url):
                 if path.exists() or path.name.endswith(".db"):
                     private_file(path)
-            event.listen(engine.sync_engine, "connect", _sqlite_pragmas(self._synchronous))
+            event.listen(engine.sync_engine, "connect", sqlite_pragmas(self._synchronous))
 
         # The schema is Alembic's: brought to this release's head before anything is read.
         await asyncio.to_thread(migrate.upgrade, self.url)
         self._engine = engine
-        self._writer = _Writer(migrate.sync_url(self.url), self._synchronous)
+        self._writer = Writer(migrate.sync_url(self.url), self._synchronous)
         self._writer.start()
 
     async def close(self) -> None:
+        self._hand_over_turn()
         if self._writer is not None:
             # The writer commits what is queued before it stops: nothing accepted is dropped.
             await asyncio.to_thread(self._writer.stop)
@@ -376,9 +188,74 @@ class Store:
 
     # -- group commit -----------------------------------------------------------------
 
+    @property
+    def checkpoints(self) -> int:
+        """SQLite checkpoints run off the commit path so far (0 on PostgreSQL)."""
+        writer = self._writer
+        return writer.checkpointer.checkpoints if writer and writer.checkpointer else 0
+
+    def commit_wait(self) -> float:
+        """Seconds a record queued now can expect to wait for its commit (0 when the
+        writer is idle); a call whose deadline is nearer is turned away before it runs."""
+        return self._writer.expected_wait() if self._writer is not None else 0.0
+
     async def commit(self, rows: Sequence[tuple[Any, Mapping[str, Any]]]) -> None:
         """Insert `(table, values)` rows in the next batch; return once it is committed."""
-        await asyncio.shield(self.enqueue(rows))
+        if self._writer is None:
+            raise StorageError("the store is not started")
+        loop = asyncio.get_running_loop()
+        turn = self._turn
+        # The first commit of this turn of the loop: with the writer idle, straight in, with
+        # no hop at all; the calls that follow in the same turn share a batch.
+        if (
+            turn is None
+            and self._inline_turn is not loop
+            and self._writer.commit_inline([(t, dict(v)) for t, v in rows])
+        ):
+            self._inline_turn = loop
+            loop.call_soon(self._end_inline_turn)
+            return
+        if turn is None or turn.loop is not loop:
+            self._hand_over_turn()
+            turn = self._turn = _Turn([], loop.create_future(), loop)
+            loop.call_soon(self._end_turn, turn)
+        turn.rows.extend((t, dict(v)) for t, v in rows)
+        await asyncio.shield(turn.done)
+
+    def _end_inline_turn(self) -> None:
+        self._inline_turn = None
+
+    def _end_turn(self, turn: _Turn) -> None:
+        """The loop's turn is over: commit its rows here when the writer can spare the
+        trip (writer.py says when), else hand them to the writer's thread."""
+        if self._turn is not turn:
+            return  # handed over already, to keep the order of a later change
+        self._turn = None
+        assert self._writer is not None
+        try:
+            committed = self._writer.commit_inline(turn.rows)
+        except StorageError as exc:
+            settle(turn.done, exc)
+            return
+        if committed:
+            settle(turn.done, None)
+        else:
+            self._submit_turn(turn)
+
+    def _hand_over_turn(self) -> None:
+        # What the current turn asked for goes to the writer ahead of what comes next: the
+        # writer keeps the order of what it is given.
+        turn, self._turn = self._turn, None
+        if turn is not None:
+            self._submit_turn(turn)
+
+    def _submit_turn(self, turn: _Turn) -> None:
+        try:
+            if self._writer is None:
+                raise StorageError("the store is not started")
+            self._writer.submit(Pending(turn.rows, turn.done, turn.loop))
+        except StorageError as exc:
+            settle(turn.done, exc)
 
     def enqueue(self, rows: Sequence[tuple[Any, Mapping[str, Any]]]) -> asyncio.Future[None]:
         """Queue `rows` for the next batch now; the future settles once they are committed.
@@ -386,9 +263,10 @@ class Store:
         these rows."""
         if self._writer is None:
             raise StorageError("the store is not started")
+        self._hand_over_turn()
         loop = asyncio.get_running_loop()
         done: asyncio.Future[None] = loop.create_future()
-        self._writer.submit(_Pending([(t, dict(v)) for t, v in rows], done, loop))
+        self._writer.submit(Pending([(t, dict(v)) for t, v in rows], done, loop))
         return done
 
     # -- tasks ------------------------------------------------------------------------
@@ -672,10 +550,11 @@ class Store:
         in one transaction of the writer; whether it changed one."""
         if self._writer is None:
             raise StorageError("the store is not started")
+        self._hand_over_turn()
         loop = asyncio.get_running_loop()
         done: asyncio.Future[bool] = loop.create_future()
         self._writer.submit(
-            _Guarded(guard, dict(params), [(t, dict(v)) for t, v in rows], done, loop)
+            Guarded(guard, dict(params), [(t, dict(v)) for t, v in rows], done, loop)
         )
         return await asyncio.shield(done)
 
