@@ -10,7 +10,8 @@ same pipeline as every other door), with the request id as idempotency key for
 side-effect tools, so a repeated request id returns the recorded result.
 
 Every request that reached an identity leaves a redacted transcript artifact, and its ref
-is in the result's `artifacts.transcripts`.
+is in the result's `artifacts.transcripts`, except a call turned away `overloaded` (503):
+nothing of it ran, and its answer must not wait on the store it may have been turned away for.
 """
 
 from __future__ import annotations
@@ -136,8 +137,11 @@ class ParentToolHost:
         # The transcript keeps the input as the call's evidence does: no secret typed into
         # a password field, no second copy of a large file.
         recorded = {**request.wire(), "input": outcome.recorded_input}
-        status = 503 if retry_after(result) is not None else 200
-        return status, await self._finish(identity, token, recorded, result, outcome.call_id)
+        if retry_after(result) is not None:
+            # Turned away before anything ran, perhaps because the evidence store is behind:
+            # the answer does not wait on that store for a transcript of nothing done.
+            return 503, self._answered(identity, result)
+        return 200, await self._finish(identity, token, recorded, result, outcome.call_id)
 
     def _authorize(self, identity: TaskIdentity, request: ParentToolRequest) -> None:
         session = request.sandbox_session
@@ -202,6 +206,12 @@ class ParentToolHost:
             diagnostics=diagnostics,
         )
 
+    def _answered(self, identity: TaskIdentity, result: ParentToolResult) -> ParentToolResult:
+        """The result as it is answered (its task named), counted."""
+        code = result.error.code if result.error else "-"
+        self.metrics.requests.labels(result.status, code).inc()
+        return result.model_copy(update={"metadata": {"task_id": identity.task_id}})
+
     async def _finish(
         self,
         identity: TaskIdentity,
@@ -211,9 +221,7 @@ class ParentToolHost:
         call_id: str | None,
     ) -> ParentToolResult:
         """Persist the transcript and return the result carrying its ref."""
-        result = result.model_copy(update={"metadata": {"task_id": identity.task_id}})
-        code = result.error.code if result.error else "-"
-        self.metrics.requests.labels(result.status, code).inc()
+        result = self._answered(identity, result)
         try:
             ref = await transcript.persist(
                 self.store,

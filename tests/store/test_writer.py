@@ -27,6 +27,10 @@ from gateway.runtime import Gateway
 from gateway.settings import Settings
 from gateway.store import schema, writer
 from gateway.store.database import Store
+from gateway.testing import live_gateway
+from gateway.testing.agents import bridge_client
+from gateway.testing.control import GatewayTask
+from gateway.tokens import Purpose
 from tests.core_fixtures import new_task, started
 
 BOUND_S = 60.0  # a wait in the test that should end soon; only a broken gateway hits it
@@ -227,3 +231,43 @@ async def test_a_batch_keeps_every_value_as_it_was_given(gw: Gateway) -> None:
     assert [tuple(c) for c in columns] == [
         (t or None, None, i % 2) for i, t in enumerate(AWKWARD * 8)
     ]
+
+
+async def test_the_bridge_answers_503_at_once_when_the_evidence_store_is_behind(
+    settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(writer, "BUSY_TIMEOUT_MS", 50)
+    ran = Ran()
+    async with live_gateway(settings, setup=lambda gw: install(gw, ran)) as live:
+        body = await live.create_task(scopes=["ui"])
+        token = body["tokens"]["bridge"]
+        task = GatewayTask(body["task_id"], "org", "actor", "role", body["tokens"], body)
+        client = bridge_client(live.base_url, task)
+        assert (await client.call("t.quick", {})).ok
+        ident = await live.gateway.tasks.authenticate(body["tokens"]["agent"], Purpose.AGENT)
+        ran.count = 0
+        with evidence_locked(settings):
+            accepted = asyncio.ensure_future(
+                live.gateway.pipeline.call(ident, "t.note", {"text": "kept"}, door=Door.MCP)
+            )
+            await until(lambda: ran.count == 1, "the accepted call ran")
+            await until(
+                lambda: live.gateway.store.commit_wait() >= QUICK_DEADLINE_S,
+                "the writer is further behind than the short deadline",
+            )
+            request = client.request("t.quick", {"text": "late"})
+            # Answered while the store is still held: the answer waits for nothing stored.
+            response = await asyncio.wait_for(
+                live.http.post(
+                    "/v1/parent-tools",
+                    json=request.wire(),
+                    headers={"authorization": f"Bearer {token}"},
+                ),
+                BOUND_S,
+            )
+            assert not accepted.done()  # the lock is still held
+        assert response.status_code == 503, response.text
+        assert response.json()["error"]["code"] == "overloaded"
+        assert int(response.headers["retry-after"]) >= 1
+        assert ran.count == 1  # the late call ran nothing
+        assert (await asyncio.wait_for(accepted, BOUND_S)).ok
