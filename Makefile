@@ -17,6 +17,7 @@ setup: $(STAMP) browser
 
 browser:
 	@scripts/ensure-browser $(BIN)/python
+	@scripts/ensure-sandbox
 
 postgres: $(STAMP)
 	@scripts/ensure-postgres $(BIN)/python

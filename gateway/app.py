@@ -19,6 +19,7 @@ from gateway.http.hosts import HostGuard, HostPolicy
 from gateway.http.no_store import NoStore
 from gateway.mcp_door import install as mcp_door
 from gateway.runtime import Gateway
+from gateway.sandbox.extension import install as sandboxes
 from gateway.settings import Settings
 from gateway.tabs import install as tabs
 
@@ -27,7 +28,9 @@ Extension = Callable[[Gateway], Sequence[BaseRoute]]
 
 def default_extensions() -> list[Extension]:
     """The adapters a full gateway installs, in order (the core routes come first)."""
-    return [cluster, health.routes, tasks.routes, tabs, browser, bridge, mcp_door]
+    # Sandboxes before the browser: their part stops after the browser pool's, so no task
+    # browser is left on an app that is gone.
+    return [cluster, health.routes, tasks.routes, tabs, sandboxes, browser, bridge, mcp_door]
 
 
 def build_app(

@@ -21,6 +21,7 @@ from pydantic import (
 
 from gateway.approval_policy import ApprovalPolicy
 from gateway.origins import OriginError, normalize_origin
+from gateway.sandbox.spec import Provision
 
 # An identifier that may end up in a path (an organization's artifacts, a workspace): it
 # starts with a letter or digit, so `.`, `..` and `-x` are not names.
@@ -47,28 +48,42 @@ class Actor(BaseModel):
     role: Name
 
 
+def _origins(values: tuple[str, ...]) -> tuple[str, ...]:
+    try:
+        return tuple(dict.fromkeys(normalize_origin(v) for v in values))
+    except OriginError as exc:
+        raise ValueError(str(exc)) from exc
+
+
 class Sandbox(BaseModel):
+    """A task's sandbox. With `provision`, the gateway provisions the app (gateway/sandbox)
+    and chooses `app_origin` itself: a request that asks for that leaves `app_origin` out,
+    and the stored identity always has it."""
+
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     id: Name
-    app_origin: str
+    app_origin: str = ""
     allowed_origins: tuple[str, ...] = ()
+    provision: Provision | None = None
 
     @field_validator("app_origin")
     @classmethod
     def _app_origin(cls, value: str) -> str:
+        if not value:
+            return value
         try:
             return normalize_origin(value)
         except OriginError as exc:
             raise ValueError(str(exc)) from exc
 
-    @field_validator("allowed_origins")
-    @classmethod
-    def _allowed(cls, values: tuple[str, ...]) -> tuple[str, ...]:
-        try:
-            return tuple(dict.fromkeys(normalize_origin(v) for v in values))
-        except OriginError as exc:
-            raise ValueError(str(exc)) from exc
+    _allowed = field_validator("allowed_origins")(_origins)
+
+    @model_validator(mode="after")
+    def _has_an_app(self) -> Sandbox:
+        if not self.app_origin and self.provision is None:
+            raise ValueError("app_origin is required, unless the sandbox is to be provisioned")
+        return self
 
     @property
     def origins(self) -> frozenset[str]:

@@ -44,6 +44,14 @@ class ErrorCode(StrEnum):
     APPROVAL_TIMEOUT = "approval_timeout"
     QUOTA_EXCEEDED = "quota_exceeded"
     OVERLOADED = "overloaded"
+    # A task's provisioned sandbox: its app is down (mid-task), or could not be started.
+    SANDBOX_UNAVAILABLE = "sandbox_unavailable"
+    # Provisioning refused before anything ran: a provider, repository, environment
+    # variable or limit the gateway does not offer; a commit the repository does not have.
+    SANDBOX_REFUSED = "sandbox_refused"
+    SANDBOX_UNKNOWN_COMMIT = "sandbox_unknown_commit"
+    # The app started but did not answer its health check in time (or exited first).
+    SANDBOX_UNHEALTHY = "sandbox_unhealthy"
     # A side effect that may or may not have happened: its node went away before recording
     # the outcome. Never run again by the gateway on its own.
     IN_DOUBT = "in_doubt"

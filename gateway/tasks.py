@@ -6,6 +6,10 @@ is one durable revocation row; every token of the task fails from then on, acros
 restarts. Other parts (tab channels, browsers) subscribe to task ends to release what
 they hold for it. An organization holds at most `max_live_per_org` live tasks at once
 (`gateway/task_quota.py`); a create past it is refused before anything is stored.
+
+A task whose request asks for a sandbox to be provisioned (`sandbox.provision`) gets it
+from the `provisioner` before it is stored: its app origin is the sandbox's, a failed
+provisioning fails the create, and a create that fails after it tears the sandbox down.
 """
 
 from __future__ import annotations
@@ -17,13 +21,13 @@ import time
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
-from typing import Any
+from typing import Any, Protocol
 
 from prometheus_client import Counter
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from gateway.approval_policy import ApprovalPolicy
-from gateway.errors import AuthError, NotFound, TokenExpired, TokenRevoked
+from gateway.errors import AuthError, InvalidInput, NotFound, TokenExpired, TokenRevoked
 from gateway.identity import Actor, Budget, Name, Sandbox, Scope, TaskIdentity, ToolPattern
 from gateway.store.database import Store, TaskRecord
 from gateway.task_quota import LiveTaskQuota
@@ -56,6 +60,41 @@ class TaskCreate(BaseModel):
     approvals: ApprovalPolicy = ApprovalPolicy()
     ttl_s: int | None = Field(default=None, ge=1)
 
+    @model_validator(mode="before")
+    @classmethod
+    def _one_origin_author(cls, data: Any) -> Any:
+        # The gateway names a provisioned sandbox's origin; a caller naming one too would
+        # leave two authors of the rule of where the task's browser may go.
+        sandbox = data.get("sandbox") if isinstance(data, dict) else None
+        if isinstance(sandbox, dict) and "provision" in sandbox and "app_origin" in sandbox:
+            raise ValueError(
+                "sandbox.app_origin is chosen by the gateway for a provisioned sandbox; "
+                "leave it out"
+            )
+        if isinstance(sandbox, Sandbox) and sandbox.provision and sandbox.app_origin:
+            raise ValueError("a sandbox to provision has no app_origin")
+        return data
+
+
+class ProvisionedApp(Protocol):
+    """A task's app, provisioned before the task is stored (gateway/sandbox)."""
+
+    origin: str
+
+    async def bind(self, identity: TaskIdentity) -> None:
+        """The task is stored: from now on the app is the task's (its manifest is recorded)."""
+        ...
+
+    async def discard(self) -> None:
+        """The task was not stored: tear the app down."""
+        ...
+
+
+class AppProvisioner(Protocol):
+    async def provision(
+        self, task_id: str, request: TaskCreate, expires_at: datetime
+    ) -> ProvisionedApp: ...
+
 
 class TaskService:
     def __init__(
@@ -83,6 +122,8 @@ class TaskService:
         self._expired: set[str] = set()  # expiries already announced to listeners
         self._forget_after_s = 3600.0
         self._quota = LiveTaskQuota(store, max_live_per_org) if max_live_per_org else None
+        # Provisions a task's app when its request asks for one (gateway/sandbox sets it).
+        self.provisioner: AppProvisioner | None = None
         # How an end is made durable: the store's revocation row, unless a cluster ends a
         # task its own way (the row and the owner's fence in one transaction).
         self._revoke: Callable[[str, float, str], Awaitable[bool]] = lambda task_id, _at, reason: (
@@ -143,25 +184,50 @@ class TaskService:
     async def create(self, request: TaskCreate) -> tuple[TaskIdentity, dict[str, str]]:
         now = datetime.fromtimestamp(int(self._clock()), UTC)
         ttl = min(request.ttl_s or self._max_ttl, self._max_ttl)
-        identity = TaskIdentity(
-            task_id=f"task_{secrets.token_hex(12)}",
-            actor=request.actor,
-            org_id=request.org_id,
-            sandbox=request.sandbox,
-            scopes=frozenset(request.scopes),
-            allowed_tools=tuple(request.allowed_tools)
-            if request.allowed_tools is not None
-            else None,
-            budget=request.budget,
-            approvals=request.approvals,
-            created_at=now,
-            expires_at=now + timedelta(seconds=ttl),
-        )
-        if self._quota is None:
-            await self._insert(identity)
+        task_id = f"task_{secrets.token_hex(12)}"
+        expires_at = now + timedelta(seconds=ttl)
+        app: ProvisionedApp | None = None
+        if request.sandbox.provision is not None:
+            if self.provisioner is None:
+                raise InvalidInput("this gateway provisions no sandboxes")
+            if self._quota is not None:
+                # A look first (refused as the insert would be): no sandbox is started for
+                # a task that has no room.
+                async with self._quota.admit(request.org_id, self._clock()):
+                    pass
+            # Outside the organization's slot check, which other creates wait on; the slot
+            # is checked again, for real, when the task is stored.
+            app = await self.provisioner.provision(task_id, request, expires_at)
+            # The origin is the provider's, made of its own id: already in normal form.
+            sandbox = request.sandbox.model_copy(update={"app_origin": app.origin})
         else:
-            async with self._quota.admit(identity.org_id, self._clock()):
+            sandbox = request.sandbox
+        try:
+            identity = TaskIdentity(
+                task_id=task_id,
+                actor=request.actor,
+                org_id=request.org_id,
+                sandbox=sandbox,
+                scopes=frozenset(request.scopes),
+                allowed_tools=tuple(request.allowed_tools)
+                if request.allowed_tools is not None
+                else None,
+                budget=request.budget,
+                approvals=request.approvals,
+                created_at=now,
+                expires_at=expires_at,
+            )
+            if self._quota is None:
                 await self._insert(identity)
+            else:
+                async with self._quota.admit(identity.org_id, self._clock()):
+                    await self._insert(identity)
+        except BaseException:
+            if app is not None:
+                await asyncio.shield(app.discard())
+            raise
+        if app is not None:
+            await app.bind(identity)
         return identity, self.mint_all(identity)
 
     async def _insert(self, identity: TaskIdentity) -> None:

@@ -2,9 +2,11 @@
 
 Opening the assistant panel creates a task on the gateway for the signed-in user, with the
 identity the dashboard knows to be true (actor, role, organization) and the sandbox it
-assigns (the second app instance). The control key never leaves this backend; the page
-receives only its tab token, in a same-origin JSON answer behind the session cookie. The
-agent and bridge tokens stay here too, for whoever the dashboard lets act as the agent.
+assigns: a sandbox of its own that the gateway provisions (the app at a fixed commit,
+`provision`), or the shared second app instance (`sandbox_origin`). The control key never
+leaves this backend; the page receives only its tab token, in a same-origin JSON answer
+behind the session cookie. The agent and bridge tokens stay here too, for whoever the
+dashboard lets act as the agent.
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ TASK_TTL_S = 900
 RENEW_MARGIN_S = 60
 # Browser tabs of one session with an assistant task each, at most (the oldest ends first).
 MAX_TABS_PER_SESSION = 8
+PROVISION_TIMEOUT_S = 120.0
 
 
 @dataclass(frozen=True)
@@ -71,11 +74,16 @@ class ControlPlane:
         gateway_url: str,
         control_key: str,
         *,
-        sandbox_origin: str,
+        sandbox_origin: str | None = None,
+        provision: dict[str, Any] | None = None,
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
+        if (sandbox_origin is None) == (provision is None):
+            raise ValueError("give either a sandbox origin or what to provision")
         self.gateway_url = gateway_url.rstrip("/")
         self.sandbox_origin = sandbox_origin
+        # `sandbox.provision` of each task: the repository and commit the gateway runs.
+        self.provision = provision
         self._control_key = control_key
         self._transport = transport
         # Tasks by the dashboard session and the browser tab that opened them: each tab of
@@ -182,11 +190,15 @@ class ControlPlane:
         body: dict[str, Any] = {
             "actor": {"id": user.id, "role": user.role},
             "org_id": user.org_id,
-            "sandbox": {
-                "id": f"sb_synthetic_{user.org_id}",
-                "app_origin": self.sandbox_origin,
-                "allowed_origins": [],
-            },
+            "sandbox": (
+                {"id": f"sb_synthetic_{user.org_id}", "provision": self.provision}
+                if self.provision is not None
+                else {
+                    "id": f"sb_synthetic_{user.org_id}",
+                    "app_origin": self.sandbox_origin,
+                    "allowed_origins": [],
+                }
+            ),
             "scopes": list(TASK_SCOPES),
             "allowed_tools": list(TASK_TOOLS),
             "approvals": {
@@ -199,7 +211,10 @@ class ControlPlane:
         }
         try:
             async with self._client() as client:
-                response = await client.post("/v1/tasks", json=body)
+                # Provisioning checks out the app and waits for it to be healthy.
+                response = await client.post(
+                    "/v1/tasks", json=body, timeout=PROVISION_TIMEOUT_S if self.provision else 10.0
+                )
         except httpx.HTTPError as exc:
             raise ControlPlaneError(f"the gateway is unreachable: {type(exc).__name__}") from exc
         if response.status_code != 201:

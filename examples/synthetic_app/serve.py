@@ -3,8 +3,11 @@
 - the gateway (`settings.port`, default 8000), with the example's product tools installed;
 - the dashboard (`settings.example_port`, default 8001), where the user signs in; its
   backend is the control plane and its origin is allowed to open tab channels;
-- the sandbox instance (the next port, default 8002): the same app with its own data file,
-  the "application at a fixed commit" that a task's browser is assigned to.
+- each assistant task's own sandbox: the app at the repository's current commit, which the
+  gateway provisions for the task (gateway/sandbox) and its browser reaches at an origin of
+  its own; where the gateway cannot run sandboxes (not root, no bubblewrap, not a git
+  checkout) or `GATEWAY_EXAMPLE_SANDBOXES=false`, one shared sandbox instance on the next
+  port (default 8002) instead.
 """
 
 from __future__ import annotations
@@ -14,9 +17,11 @@ import contextlib
 import os
 import secrets
 import signal
+import subprocess
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import uvicorn
 from starlette.applications import Starlette
@@ -27,8 +32,72 @@ from examples.synthetic_app.tools import install_product_tools
 from examples.synthetic_app.web import AppConfig, SyntheticApp
 from gateway.app import Extension, build_app, default_extensions
 from gateway.runtime import Gateway
+from gateway.sandbox.local import host_unready
+from gateway.sandbox.spec import Repository
 from gateway.serving import SERVER_OPTIONS, free_port, serving
 from gateway.settings import Settings
+
+# The example app as the gateway's settings register it for sandboxes.
+REPOSITORY = "synthetic-app"
+SOURCE = Path(__file__).resolve().parents[2]
+
+
+def example_repository(path: Path = SOURCE) -> Repository:
+    return Repository(
+        path=str(path),
+        command=("{python}", "-m", "examples.synthetic_app.sandboxed"),
+        health_path="/healthz",
+        env=("SYNTHETIC_STEP_S",),
+        ready_timeout_s=90,
+    )
+
+
+def current_commit(path: Path = SOURCE) -> str | None:
+    """The commit checked out at `path`, if it is a git checkout."""
+    try:
+        done = subprocess.run(
+            ["git", "-C", str(path), "rev-parse", "--verify", "HEAD"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return done.stdout.strip() if done.returncode == 0 else None
+
+
+def sandboxes_unusable(settings: Settings, path: Path = SOURCE) -> str | None:
+    """Why the example cannot give each task a sandbox of its own here; None if it can."""
+    if not settings.example_sandboxes:
+        return "GATEWAY_EXAMPLE_SANDBOXES is off"
+    commit = current_commit(path)
+    if commit is None:
+        return f"{path} is not a git checkout"
+    entry = "examples/synthetic_app/sandboxed.py"
+    found = subprocess.run(
+        ["git", "-C", str(path), "cat-file", "-e", f"{commit}:{entry}"],
+        capture_output=True,
+        timeout=10,
+        check=False,
+    )
+    if found.returncode != 0:
+        return f"commit {commit[:12]} has no {entry}"
+    return host_unready()
+
+
+def provision_for(
+    settings: Settings, *, path: Path = SOURCE, commit: str | None = None, step_s: float = 0.4
+) -> dict[str, Any]:
+    """Register the example app in `settings` and return each task's `sandbox.provision`:
+    the app at `commit` (the checkout's current one by default)."""
+    settings.sandbox_repositories = {
+        **settings.sandbox_repositories,
+        REPOSITORY: example_repository(path),
+    }
+    chosen = commit or current_commit(path)
+    assert chosen is not None, f"{path} is not a git checkout"
+    return {"repository": REPOSITORY, "commit": chosen, "env": {"SYNTHETIC_STEP_S": str(step_s)}}
 
 
 @dataclass
@@ -36,10 +105,11 @@ class ExampleStack:
     gateway: Gateway
     gateway_app: Starlette
     dashboard: SyntheticApp
-    sandbox: SyntheticApp
+    # The shared sandbox instance, when tasks do not get sandboxes of their own.
+    sandbox: SyntheticApp | None
     gateway_url: str
     dashboard_url: str
-    sandbox_url: str
+    sandbox_url: str | None
 
 
 def gateway_extensions() -> list[Extension]:
@@ -69,10 +139,12 @@ def build_stack(
     *,
     gateway_url: str,
     dashboard_url: str,
-    sandbox_url: str,
+    sandbox_url: str | None = None,
+    provision: dict[str, Any] | None = None,
     step_s: float = 0.4,
 ) -> ExampleStack:
-    """Compose the gateway and both app instances (nothing is started or served yet)."""
+    """Compose the gateway, the dashboard and, without `provision`, the shared sandbox
+    instance at `sandbox_url` (nothing is started or served yet)."""
     settings.ensure_secrets()
     assert settings.control_key is not None
     origins = [dashboard_url]
@@ -81,7 +153,12 @@ def build_stack(
         origins.append(dashboard_url.replace("://127.0.0.1:", "://localhost:"))
     settings.dashboard_origins = list(dict.fromkeys([*settings.dashboard_origins, *origins]))
     home = settings.data_dir / "example"
-    control = ControlPlane(gateway_url, settings.control_key, sandbox_origin=sandbox_url)
+    control = ControlPlane(
+        gateway_url,
+        settings.control_key,
+        sandbox_origin=None if provision is not None else sandbox_url,
+        provision=provision,
+    )
     dashboard = SyntheticApp(
         AppConfig(
             "dashboard",
@@ -91,8 +168,12 @@ def build_stack(
             step_s=step_s,
         )
     )
-    sandbox = SyntheticApp(
-        AppConfig("sandbox", home / "sandbox.db", _secret(home / "sandbox.key"), step_s=step_s)
+    sandbox = (
+        SyntheticApp(
+            AppConfig("sandbox", home / "sandbox.db", _secret(home / "sandbox.key"), step_s=step_s)
+        )
+        if provision is None
+        else None
     )
     gw = Gateway(settings)
     install_product_tools(gw, dashboard)
@@ -104,19 +185,31 @@ def build_stack(
 
 @contextlib.asynccontextmanager
 async def running_stack(
-    settings: Settings, *, host: str = "127.0.0.1", step_s: float = 0.4
+    settings: Settings,
+    *,
+    host: str = "127.0.0.1",
+    step_s: float = 0.4,
+    provision: dict[str, Any] | None = None,
 ) -> AsyncIterator[ExampleStack]:
-    """Serve the gateway and both instances on free loopback ports until the block ends."""
+    """Serve the gateway and the dashboard on free loopback ports until the block ends, and
+    the shared sandbox instance unless each task's is provisioned (`provision_for`)."""
     ports = [free_port(host) for _ in range(3)]
     urls = [f"http://{host}:{port}" for port in ports]
     stack = build_stack(
-        settings, gateway_url=urls[0], dashboard_url=urls[1], sandbox_url=urls[2], step_s=step_s
+        settings,
+        gateway_url=urls[0],
+        dashboard_url=urls[1],
+        sandbox_url=urls[2] if provision is None else None,
+        provision=provision,
+        step_s=step_s,
     )
-    async with (
-        serving(stack.gateway_app, host=host, port=ports[0]),
-        serving(stack.dashboard.asgi(), host=host, port=ports[1]),
-        serving(stack.sandbox.asgi(), host=host, port=ports[2]),
-    ):
+    async with contextlib.AsyncExitStack() as servers:
+        await servers.enter_async_context(serving(stack.gateway_app, host=host, port=ports[0]))
+        await servers.enter_async_context(serving(stack.dashboard.asgi(), host=host, port=ports[1]))
+        if stack.sandbox is not None:
+            await servers.enter_async_context(
+                serving(stack.sandbox.asgi(), host=host, port=ports[2])
+            )
         yield stack
 
 
@@ -143,12 +236,20 @@ async def serve_with_example(settings: Settings) -> None:
     host = settings.host
     dashboard_port = settings.example_port or free_port(host)
     sandbox_port = dashboard_port + 1 if settings.example_port else free_port(host)
+    unusable = sandboxes_unusable(settings)
     stack = build_stack(
         settings,
         gateway_url=settings.base_url,
         dashboard_url=f"http://{host}:{dashboard_port}",
         sandbox_url=f"http://{host}:{sandbox_port}",
+        provision=provision_for(settings) if unusable is None else None,
     )
+    apps = [
+        (stack.gateway_app, settings.port, "info"),
+        (stack.dashboard.asgi(), dashboard_port, "info"),
+    ]
+    if stack.sandbox is not None:
+        apps.append((stack.sandbox.asgi(), sandbox_port, "info"))
     servers = [
         _Server(
             uvicorn.Config(
@@ -159,11 +260,7 @@ async def serve_with_example(settings: Settings) -> None:
                 **SERVER_OPTIONS,
             )
         )
-        for app, port, level in (
-            (stack.gateway_app, settings.port, "info"),
-            (stack.dashboard.asgi(), dashboard_port, "info"),
-            (stack.sandbox.asgi(), sandbox_port, "info"),
-        )
+        for app, port, level in apps
     ]
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -178,7 +275,18 @@ async def serve_with_example(settings: Settings) -> None:
             await asyncio.sleep(0.05)
         else:
             print(sign_in_help(stack.dashboard_url), flush=True)
-            print(f"example: sandbox instance on {stack.sandbox_url}/", flush=True)
+            control = stack.dashboard.control
+            if control is not None and control.provision is not None:
+                print(
+                    "example: each assistant task gets a sandbox of its own: the app at "
+                    f"commit {control.provision['commit'][:12]}, provisioned by the gateway",
+                    flush=True,
+                )
+            else:
+                print(
+                    f"example: shared sandbox instance on {stack.sandbox_url}/ ({unusable})",
+                    flush=True,
+                )
             waiter = asyncio.create_task(stop.wait())
             await asyncio.wait([waiter, *tasks], return_when=asyncio.FIRST_COMPLETED)
             waiter.cancel()

@@ -9,6 +9,7 @@ from gateway.runtime import Gateway
 from gateway.store.database import ArtifactRef
 
 from . import tools
+from .app_link import AppLink
 from .pool import BrowserPool
 from .processes import BrowserProcesses
 from .session import EvidenceSink
@@ -39,6 +40,7 @@ def install(gw: Gateway) -> list[BaseRoute]:
         owns_processes=owns,
         metrics=gw.metrics.registry,
         shed=gw.metrics.calls_shed.labels(resource="browser"),
+        app_link=lambda: gw.services.find(AppLink),  # type: ignore[type-abstract]
     )
     gw.services.provide(BrowserPool, pool)
     tools.register(gw.registry, gw.settings)

@@ -9,6 +9,11 @@ reported to `on_block`, so the foreign server never receives a byte.
 
 Each forwarded request gets its own upstream connection and `Connection: close`: a client
 connection can then never carry a second, unchecked request.
+
+An allowed origin may be routed (`route`): its upstream connection is then opened by the
+route's opener (a provisioned sandbox's app on its unix socket, gateway/browser/app_link.py)
+instead of a TCP connection, plain requests and tunnels alike; nothing resolves its name.
+Which origins are forwarded at all is still `allow`'s one rule.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from urllib.parse import urlsplit
 
 from gateway.origins import OriginError, origin_of
 
+from .app_link import Opener
 from .jail import GUARD_PORT, BrowserJail
 
 log = logging.getLogger(__name__)
@@ -103,6 +109,7 @@ class OriginProxy:
         self._host = host
         self._allowed: frozenset[str] = frozenset()
         self._authorities: frozenset[tuple[str, int]] = frozenset()
+        self._routes: dict[tuple[str, int], Opener] = {}
         self._server: asyncio.Server | None = None
         self._jailed: tuple[BrowserJail, str] | None = None
         self._url: str | None = None
@@ -118,6 +125,21 @@ class OriginProxy:
         """Set the origins to forward to (a warm context starts with none)."""
         self._allowed = frozenset(origins)
         self._authorities = frozenset(authority_of(o) for o in origins)
+
+    def route(self, origin: str, opener: Opener) -> None:
+        """Reach `origin` through `opener` instead of a TCP connection (it is still forwarded
+        only while it is allowed)."""
+        self._routes[authority_of(origin)] = opener
+
+    async def _upstream(
+        self, authority: tuple[str, int]
+    ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        opener = self._routes.get(authority)
+        if opener is not None:
+            return await asyncio.wait_for(opener(), CONNECT_TIMEOUT_S)
+        return await asyncio.wait_for(
+            asyncio.open_connection(authority[0].strip("[]"), authority[1]), CONNECT_TIMEOUT_S
+        )
 
     async def start(self, jail: BrowserJail | None = None, pid: int | None = None) -> str:
         """Listen on a port of the gateway's loopback, or, for a jailed browser, on a
@@ -217,9 +239,7 @@ class OriginProxy:
             await _answer(writer, 403, "Forbidden")
             return
         try:
-            up_reader, up_writer = await asyncio.wait_for(
-                asyncio.open_connection(authority[0].strip("[]"), authority[1]), CONNECT_TIMEOUT_S
-            )
+            up_reader, up_writer = await self._upstream(authority)
         except (OSError, TimeoutError):
             await _answer(writer, 502, "Bad Gateway")
             return
@@ -255,11 +275,8 @@ class OriginProxy:
             else:
                 await _answer(writer, 403, "Forbidden")
             return
-        host, port = authority_of(origin)
         try:
-            up_reader, up_writer = await asyncio.wait_for(
-                asyncio.open_connection(host.strip("[]"), port), CONNECT_TIMEOUT_S
-            )
+            up_reader, up_writer = await self._upstream(authority_of(origin))
         except (OSError, TimeoutError):
             await _answer(writer, 502, "Bad Gateway")
             return

@@ -15,6 +15,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 from functools import partial
 from typing import Any
@@ -28,6 +29,7 @@ from gateway.results import ErrorCode, ToolStatus
 from gateway.settings import Settings
 
 from .admission import Admission
+from .app_link import AppLink
 from .errors import browser_unavailable
 from .processes import BrowserProcess, BrowserProcesses
 from .session import BrowserSession, EvidenceSink
@@ -66,9 +68,13 @@ class BrowserPool:
         owns_processes: bool = True,
         metrics: CollectorRegistry | None = None,
         shed: Counter | None = None,
+        app_link: Callable[[], AppLink | None] = lambda: None,
     ) -> None:
-        """`shed`: the counter of calls turned away as overloaded (for this resource)."""
+        """`shed`: the counter of calls turned away as overloaded (for this resource);
+        `app_link`: how tasks reach apps the gateway provisioned, looked up when a task's
+        context is opened."""
         self.settings = settings
+        self._app_link = app_link
         self.processes = processes
         self.sink = sink
         self.max_contexts = settings.max_contexts
@@ -240,7 +246,7 @@ class BrowserPool:
         # A task that never makes its first call (its caller gave up) frees its slot anyway.
         asyncio.get_running_loop().call_later(START_HOLD_MAX_S, session.release_start)
         try:
-            await session.assign(identity)
+            await session.assign(identity, self._app_link())
         except BaseException:
             await session.close("it could not be handed to its task")
             raise

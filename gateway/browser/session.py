@@ -11,6 +11,11 @@ for them). Every refusal is recorded as evidence, and the task's next call that 
 
 Each action (a tool's `run`, a screenshot) first takes a slot of its Chromium process's
 admission (`admission.py`); a call turned away there never reaches the page.
+
+A task whose app the gateway provisioned (gateway/sandbox) reaches it through its proxy's
+route to the app (`app_link.py`). A call while that app is down (restarting, or gone) ends
+`unavailable`/`sandbox_unavailable` before it touches the page, and one during which the
+app went down ends so too, whatever the page showed.
 """
 
 from __future__ import annotations
@@ -46,6 +51,7 @@ from gateway.store.database import ArtifactRef
 from gateway.task_log import Level
 
 from .admission import Admission
+from .app_link import AppLink
 from .errors import browser_unavailable, map_playwright_error
 from .guard_proxy import BlockedRequest, OriginProxy
 from .policy import BLANK, is_browser_service, page_url_allowed
@@ -110,6 +116,7 @@ class BrowserSession:
         self.proxy = proxy
         self.sink = sink
         self.identity: TaskIdentity | None = None
+        self.app_link: AppLink | None = None
         self.snapshot_max_chars = snapshot_max_chars
         self.trace = trace
         # Each acting call leaves a screenshot artifact (`browser_screenshots`).
@@ -204,10 +211,14 @@ class BrowserSession:
         self.page.on("requestfailed", self._request_over)
         self.context.on("page", self._popup)
 
-    async def assign(self, identity: TaskIdentity) -> None:
+    async def assign(self, identity: TaskIdentity, app_link: AppLink | None = None) -> None:
         """Hand this never-used context to one task: from now on its origins are open."""
         assert self.identity is None, "a browser context is handed to one task only"
         self.identity = identity
+        self.app_link = app_link
+        opener = app_link.opener(identity) if app_link is not None else None
+        if opener is not None:
+            self.proxy.route(identity.sandbox.app_origin, opener)
         self.proxy.allow(identity.sandbox.origins)
         self.last_used = time.monotonic()
         if self.trace:
@@ -338,6 +349,11 @@ class BrowserSession:
         self.loss_reported = True
         return browser_unavailable(f"the task's browser is gone ({self.lost}); retry")
 
+    def _app_unavailable(self) -> ToolFailure | None:
+        if self.app_link is None or self.identity is None:
+            return None
+        return self.app_link.unavailable(self.identity)
+
     def release_start(self) -> None:
         release, self.on_started = self.on_started, None
         if release is not None:
@@ -354,6 +370,10 @@ class BrowserSession:
         async with self.lock:
             if self.lost is not None:
                 raise self._gone()
+            down = self._app_unavailable()
+            if down is not None:
+                ctx.evidence["page"] = self.url[:2048]
+                raise down
             async with self._admitted(ctx.time_left(), ctx.evidence):
                 return await self._act(ctx, action)
 
@@ -378,6 +398,10 @@ class BrowserSession:
         ctx.evidence["page"] = self.url[:2048]
         if self.lost is not None:
             raise self._gone()
+        down = self._app_unavailable()
+        if down is not None:
+            # The app went down during the action: what the page shows is not the app.
+            raise down
         pending, self._pending = self._pending, []
         denied = self._denial(pending)
         if denied is not None:

@@ -3,6 +3,8 @@ A task's approvals (`/v1/tasks/{id}/approvals`) are served with it."""
 
 from __future__ import annotations
 
+import inspect
+
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import BaseRoute, Route
@@ -48,7 +50,17 @@ def routes(gw: Gateway) -> list[BaseRoute]:
         body["grants"] = await gw.approvals.grants(task_id)
         body["approvals_pending"] = len(gw.approvals.pending(task_id))
         for name, probe in gw.task_probes.items():
-            body[name] = probe(task_id)
+            value = probe(task_id)
+            if inspect.isawaitable(value):
+                value = await value
+            if value is None and name in body:
+                continue
+            if isinstance(body.get(name), dict) and isinstance(value, dict):
+                # A part's state of a field the task already describes (`sandbox`: the
+                # provisioned app's state and manifest) extends it.
+                body[name] = {**body[name], **value}
+            else:
+                body[name] = value
         return JSONResponse(body)
 
     async def end(request: Request) -> Response:

@@ -1,0 +1,226 @@
+"""A task's sandbox against the same app started directly.
+
+- direct start (the baseline): the example app (`python -m examples.synthetic_app.sandboxed`)
+  started from a checkout that is already there, on a listening unix socket, until its
+  health path answers 2xx: what running the app costs without any sandbox;
+- provision: what the local provider does for a task: write the commit out (checkout), start
+  the app in its bubblewrap jail with its limits, and wait for the same health answer;
+- memory: PSS of a live sandbox (every process in it: bwrap's init and the app) against the
+  directly started app, with several sandboxes live at once.
+
+The app is this working tree's files committed into a throwaway repository, so the figures
+are of the app as it is here. Run: `python -m bench.sandbox [--rounds N]`. Needs root and
+bubblewrap (make setup).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from bench.report import summary, write
+from examples.synthetic_app.serve import SOURCE, example_repository
+from gateway.browser.memory import process_tree, pss_kib
+from gateway.sandbox.checkout import extract
+from gateway.sandbox.local import LocalProvider, LocalSandbox, host_unready, sandbox_processes
+from gateway.sandbox.provider import Binding
+from gateway.sandbox.spec import DEFAULT_MAX_LIMITS, Provision
+
+MS = 1e3
+LIVE_AT_ONCE = 4
+GOAL = 2.0  # provision (checkout + jail + healthy) within 2x a direct start, p50
+
+
+def _git(repo: Path, *args: str) -> str:
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "HOME": str(repo),
+        "GIT_AUTHOR_NAME": "bench",
+        "GIT_AUTHOR_EMAIL": "bench@example.invalid",
+        "GIT_COMMITTER_NAME": "bench",
+        "GIT_COMMITTER_EMAIL": "bench@example.invalid",
+    }
+    out = subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True, env=env)
+    return out.stdout.decode().strip()
+
+
+def snapshot(into: Path) -> str:
+    """This working tree's files as one commit of a repository at `into`."""
+    listed = _git(SOURCE, "ls-files", "-z", "--cached", "--others", "--exclude-standard")
+    for name in filter(None, listed.split("\0")):
+        source = SOURCE / name
+        if source.is_file() and not source.is_symlink():
+            (into / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source, into / name)
+    _git(into, "init", "-q", "-b", "main")
+    _git(into, "add", "-A")
+    _git(into, "commit", "-q", "-m", "bench")
+    return _git(into, "rev-parse", "HEAD")
+
+
+async def _healthy(path: Path, deadline_s: float = 60.0) -> None:
+    give_up = time.monotonic() + deadline_s
+    while time.monotonic() < give_up:
+        try:
+            reader, writer = await asyncio.wait_for(asyncio.open_unix_connection(str(path)), 2)
+            writer.write(b"GET /healthz HTTP/1.1\r\nHost: app\r\nConnection: close\r\n\r\n")
+            await writer.drain()
+            line = await asyncio.wait_for(reader.readline(), 2)
+            writer.close()
+            if line.split()[1:2] == [b"200"]:
+                return
+        except (OSError, TimeoutError, IndexError):
+            pass
+        await asyncio.sleep(0.05)
+    raise RuntimeError("the directly started app never became healthy")
+
+
+async def direct_start(checkout: Path, work: Path) -> tuple[float, int, asyncio.subprocess.Process]:
+    """Start the app from `checkout` without a sandbox; seconds to healthy, its PSS."""
+    data = work / "data"
+    data.mkdir()
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(str(work / "app.sock"))
+    listener.listen(128)
+    started = time.perf_counter()
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "examples.synthetic_app.sandboxed",
+        cwd=checkout,
+        stdin=listener.fileno(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env={"PATH": "/usr/bin:/bin", "SANDBOX_LISTEN_FD": "0", "SANDBOX_DATA": str(data)},
+    )
+    listener.close()
+    await _healthy(work / "app.sock")
+    elapsed = time.perf_counter() - started
+    return elapsed, pss_kib(process_tree(process.pid)), process
+
+
+async def run(rounds: int) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory(prefix="bench-sandbox-") as tmp:
+        root = Path(tmp)
+        repo = root / "repo"
+        repo.mkdir()
+        commit = snapshot(repo)
+        checkout = root / "checkout"
+        checkout.mkdir()
+        extract(repo, commit, checkout)
+        provider = LocalProvider(
+            root=root / "sandboxes",
+            repositories={"synthetic-app": example_repository(repo)},
+            max_limits=DEFAULT_MAX_LIMITS,
+            uid_base=1_950_000_000,
+            max_live=LIVE_AT_ONCE + 1,
+        )
+        await provider.start()
+        spec = Provision(repository="synthetic-app", commit=commit)
+        binding = Binding(
+            "task_bench", "org_bench", "bench", datetime.now(UTC) + timedelta(hours=1)
+        )
+        direct: list[float] = []
+        provision: list[float] = []
+        checkouts: list[float] = []
+        direct_pss: list[int] = []
+        for i in range(rounds + 1):  # one warm-up round of each
+            work = root / f"direct-{i}"
+            work.mkdir()
+            seconds, pss, process = await direct_start(checkout, work)
+            process.kill()
+            await process.wait()
+            t0 = time.perf_counter()
+            handle = await provider.provision(spec, binding)
+            total = time.perf_counter() - t0
+            c0 = time.perf_counter()
+            extract(repo, commit, root / f"checkout-{i}")
+            checkout_s = time.perf_counter() - c0
+            await provider.teardown(handle, keep_data=False)
+            if i:
+                direct.append(seconds)
+                provision.append(total)
+                checkouts.append(checkout_s)
+                direct_pss.append(pss)
+        # Memory: several sandboxes live at once, each measured over its own processes.
+        live: list[LocalSandbox] = []
+        for _ in range(LIVE_AT_ONCE):
+            handle = await provider.provision(spec, binding)
+            assert isinstance(handle, LocalSandbox)
+            live.append(handle)
+        await asyncio.sleep(1.0)
+        per_sandbox = [pss_kib(sandbox_processes(h.uid, h.pid_namespace)) for h in live]
+        counts = [len(sandbox_processes(h.uid, h.pid_namespace)) for h in live]
+        for handle in live:
+            await provider.teardown(handle, keep_data=False)
+        left = sum(len(sandbox_processes(h.uid, h.pid_namespace)) for h in live)
+        await provider.close()
+    d, p, c = summary(direct), summary(provision), summary(checkouts)
+    memory_ratio = (sum(per_sandbox) / len(per_sandbox)) / (sum(direct_pss) / len(direct_pss))
+    rows: list[dict[str, Any]] = [
+        {
+            "measure": "direct start to healthy (baseline)",
+            "p50 ms": d["p50"] * MS,
+            "p99 ms": d["p99"] * MS,
+            "ratio": 1.0,
+        },
+        {
+            "measure": "provision: checkout + jail + healthy",
+            "p50 ms": p["p50"] * MS,
+            "p99 ms": p["p99"] * MS,
+            "ratio": p["p50"] / d["p50"],
+        },
+        {
+            "measure": "  of which the checkout (git, files, digest)",
+            "p50 ms": c["p50"] * MS,
+            "p99 ms": c["p99"] * MS,
+        },
+        {
+            "measure": "PSS, app started directly (MiB)",
+            "p50 ms": sum(direct_pss) / len(direct_pss) / 1024,
+            "ratio": 1.0,
+        },
+        {
+            "measure": f"PSS per live sandbox, {LIVE_AT_ONCE} live (MiB)",
+            "p50 ms": sum(per_sandbox) / len(per_sandbox) / 1024,
+            "ratio": memory_ratio,
+        },
+    ]
+    met = p["p50"] / d["p50"] <= GOAL
+    notes = {
+        "rounds": rounds,
+        "processes_per_sandbox": counts,
+        "processes_left_after_teardown": left,
+        "goal": {"provision_p50_over_direct_p50": GOAL},
+        "met": met,
+        "note": "'p50 ms' holds MiB on the PSS rows",
+    }
+    write("sandbox", rows, notes)
+    print(f"provision p50 {p['p50'] / d['p50']:.2f}x a direct start: goal {GOAL}x", end=" ")
+    print("met" if met else "NOT met")
+    return notes
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--rounds", type=int, default=8)
+    args = parser.parse_args()
+    reason = host_unready()
+    if reason is not None:
+        print(f"bench.sandbox: {reason}", file=sys.stderr)
+        return 2
+    notes = asyncio.run(run(args.rounds))
+    return 0 if notes["met"] else 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,23 @@
+"""Sandboxes a task's app runs in: provisioned per task, bound to it, recorded, torn down.
+
+A task whose `sandbox.provision` names a repository registered in the gateway's settings
+and a commit gets its own copy of that app: a checkout of exactly that commit, started in
+namespaces of its own with no network, served to the task's browser through its guard
+proxy at an origin of its own, and torn down when the task ends (docs/sandbox.md).
+
+| module | what it is for |
+|---|---|
+| `spec.py` | what a task asks for and what an operator registers (models only, no I/O) |
+| `errors.py` | the failures, in the gateway's error tree |
+| `provider.py` | the provider interface (`provision`, `health`, `teardown`) and its registry |
+| `checkout.py` | a commit of a registered repository, extracted and digested |
+| `bubblewrap.py` | the jail's command line: namespaces, mounts, user, resource limits |
+| `cgroup.py` | a cgroup v2 group per sandbox, where a delegated hierarchy exists |
+| `local.py` | the `local` provider: bubblewrap on this machine |
+| `manifest.py` | the `sandbox-manifest/v1` record |
+| `service.py` | sandboxes per task: provisioned at creation, probed, torn down at the end |
+| `extension.py` | `install(gw)` |
+
+This package's `__init__` imports nothing: `gateway.identity` reads `spec.py`, and the rest
+sits above the core.
+"""

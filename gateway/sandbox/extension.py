@@ -1,0 +1,69 @@
+"""`install(gw)`: sandboxes per task in a gateway (the provisioner, the browser's link,
+the task probe, the task-end hook, and the part that tears everything down at stop)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from starlette.routing import BaseRoute
+
+from gateway.browser.app_link import AppLink
+from gateway.identity import TaskIdentity
+from gateway.runtime import Gateway
+from gateway.store.database import ArtifactRef
+
+from .cgroup import CgroupParent
+from .local import LocalProvider
+from .provider import ProviderRegistry
+from .service import Sandboxes, SandboxSink
+
+EVIDENCE_SCAN = 200  # records read back for a gone sandbox's manifest (it is among the first)
+
+
+def install(gw: Gateway) -> list[BaseRoute]:
+    settings = gw.settings
+    providers = ProviderRegistry()
+    providers.add(
+        LocalProvider(
+            root=settings.sandbox_root,
+            repositories=settings.sandbox_repositories,
+            max_limits=settings.sandbox_max_limits,
+            uid_base=settings.sandbox_uid_base,
+            max_live=settings.sandbox_max_live,
+            domain=settings.sandbox_domain,
+            cgroup=CgroupParent.delegated(settings.sandbox_cgroup),
+            keep_data_max_bytes=settings.sandbox_keep_data_max_bytes,
+        )
+    )
+
+    async def put_artifact(
+        identity: TaskIdentity, data: bytes, name: str, media_type: str
+    ) -> ArtifactRef:
+        return await gw.store.put_artifact(identity, data, name=name, media_type=media_type)
+
+    async def identity(task_id: str) -> TaskIdentity | None:
+        record = await gw.tasks.record(task_id)
+        return record.identity if record is not None else None
+
+    async def evidence_of_kind(identity: TaskIdentity, kind: str) -> list[dict[str, Any]]:
+        records = await gw.store.evidence_for(
+            identity.org_id, identity.task_id, limit=EVIDENCE_SCAN
+        )
+        return [r for r in records if r.get("kind") == kind]
+
+    sandboxes = Sandboxes(
+        providers,
+        SandboxSink(
+            record=gw.events.record,
+            put_artifact=put_artifact,
+            identity=identity,
+            evidence_of_kind=evidence_of_kind,
+        ),
+    )
+    gw.services.provide(Sandboxes, sandboxes)
+    gw.services.provide(AppLink, sandboxes)  # type: ignore[type-abstract]
+    gw.tasks.provisioner = sandboxes
+    gw.tasks.on_end(sandboxes.task_ended)
+    gw.task_probes["sandbox"] = sandboxes.probe
+    gw.add_part("sandboxes", start=sandboxes.start, stop=sandboxes.close)
+    return []

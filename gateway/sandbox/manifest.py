@@ -1,0 +1,56 @@
+"""The `sandbox-manifest/v1` record: what ran for a task, from what, bound to whom.
+
+Written as the task's evidence (kind `sandbox-manifest/v1`) once the task is stored, and
+shown under `sandbox.manifest` in `GET /v1/tasks/{id}`. It names the environment's
+variables, never their values.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from .provider import Binding
+from .spec import Limits, Provision
+
+KIND = "sandbox-manifest/v1"
+
+
+def build(
+    *,
+    provider: str,
+    sandbox_id: str,
+    spec: Provision,
+    commit: str,
+    tree: dict[str, Any],
+    command: list[str],
+    limits: Limits,
+    enforcement: list[str],
+    origin: str,
+    binding: Binding,
+    started_at: float,
+    user: int | None,
+) -> dict[str, Any]:
+    return {
+        "kind": KIND,
+        "provider": provider,
+        "sandbox_id": sandbox_id,
+        "repository": spec.repository,
+        "commit": commit,
+        # `tree`: git's tree id; `sha256`: over the files written (gateway/sandbox/checkout.py)
+        "tree": tree,
+        "command": command,
+        "env": sorted(spec.env),
+        "limits": limits.model_dump(),
+        "enforced_by": enforcement,
+        "started_at": datetime.fromtimestamp(started_at, UTC).isoformat(),
+        "origin": origin,
+        "user": user,
+        "keep_data": spec.keep_data,
+        "bound_to": {
+            "task_id": binding.task_id,
+            "org_id": binding.org_id,
+            "owner": binding.actor_id,
+            "expires_at": binding.expires_at.isoformat(),
+        },
+    }

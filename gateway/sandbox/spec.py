@@ -1,0 +1,125 @@
+"""What a task asks of its sandbox, and what an operator registers for it to be given.
+
+- `Provision` is the `sandbox.provision` object of `POST /v1/tasks`: a provider, a
+  repository *name*, a commit, the environment the app gets, whether its data is kept, and
+  limits. It names no path and no URL: where the repository is and how its app starts are
+  the operator's (`Repository`, from `GATEWAY_SANDBOX_REPOSITORIES`), never a model's or
+  the repository's own.
+- `Limits` are what one sandbox may use. A task may ask for less than the gateway's
+  maximum, never more (`Limits.within`).
+
+Models only: `gateway.identity` stores a task's `Provision` with its sandbox, so this module
+imports nothing of the gateway.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator
+
+# A registered repository's or a provider's name, as a task names it.
+RegisteredName = Annotated[
+    str, StringConstraints(min_length=1, max_length=64, pattern=r"^[a-z0-9][a-z0-9_.-]{0,63}$")
+]
+# A commit as hexadecimal only (7 to 40 digits): never a ref, a range or an option, so it
+# means one thing in the repository and cannot be read as anything else by git.
+Commit = Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{7,40}$")]
+EnvName = Annotated[
+    str, StringConstraints(min_length=1, max_length=64, pattern=r"^[A-Z_][A-Z0-9_]{0,63}$")
+]
+MAX_ENV = 32
+MAX_ENV_VALUE = 4096
+
+
+class Limits(BaseModel):
+    """What one sandbox may use; None: the gateway's maximum.
+
+    Each is enforced as a resource limit on every process of the sandbox (address space,
+    CPU seconds and file size per process; processes for the sandbox's own user), and as
+    the sandbox's cgroup's total where a delegated cgroup v2 hierarchy exists
+    (docs/sandbox.md).
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    memory_mb: int | None = Field(default=None, ge=32, le=1 << 20)
+    processes: int | None = Field(default=None, ge=1, le=1 << 16)
+    cpu_s: int | None = Field(default=None, ge=1, le=1 << 24)
+    file_size_mb: int | None = Field(default=None, ge=1, le=1 << 20)
+    open_files: int | None = Field(default=None, ge=16, le=1 << 20)
+
+    def within(self, maximum: Limits) -> tuple[Limits, list[str]]:
+        """These limits with the gateway's maximum filled in, and the names of those asked
+        above it (a task asking for more than the gateway allows is refused, not cut)."""
+        over: list[str] = []
+        values: dict[str, int | None] = {}
+        for name in type(self).model_fields:
+            asked, cap = getattr(self, name), getattr(maximum, name)
+            if asked is not None and cap is not None and asked > cap:
+                over.append(name)
+            values[name] = asked if asked is not None else cap
+        return Limits(**values), over
+
+
+DEFAULT_MAX_LIMITS = Limits(
+    memory_mb=1024, processes=64, cpu_s=900, file_size_mb=256, open_files=1024
+)
+
+
+class Provision(BaseModel):
+    """`sandbox.provision` of `POST /v1/tasks`: the app to run for this task."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    provider: RegisteredName = "local"
+    repository: RegisteredName
+    commit: Commit
+    # Given to the app as its whole environment, with the sandbox's own few variables
+    # (docs/sandbox.md); each name must be one the repository's registration allows.
+    # Recorded with the task: not a place for secrets.
+    env: dict[EnvName, Annotated[str, StringConstraints(max_length=MAX_ENV_VALUE)]] = Field(
+        default_factory=dict
+    )
+    # Keep the app's data directory as an artifact of the task when it is torn down.
+    keep_data: bool = False
+    limits: Limits = Limits()
+
+    @field_validator("env")
+    @classmethod
+    def _env_size(cls, value: dict[str, str]) -> dict[str, str]:
+        if len(value) > MAX_ENV:
+            raise ValueError(f"at most {MAX_ENV} environment variables")
+        for name, text in value.items():
+            if "\0" in text:
+                raise ValueError(f"the value of {name} holds a NUL byte")
+        return value
+
+
+class Repository(BaseModel):
+    """One repository an operator registers (`GATEWAY_SANDBOX_REPOSITORIES`, by name).
+
+    `command` is the app's argv, run in the checkout. `{python}` in it is the gateway's own
+    interpreter, whose installation is then visible read-only in the sandbox. The app is
+    handed a listening unix socket as file descriptor `SANDBOX_LISTEN_FD` (3) and answers
+    HTTP there; `health_path` must answer 2xx once it is ready.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    path: str = Field(min_length=1)
+    command: tuple[str, ...] = Field(min_length=1)
+    health_path: str = Field(default="/", pattern=r"^/[A-Za-z0-9._~/?=&%-]*$", max_length=256)
+    # Environment variables a task may give the app (names, exactly).
+    env: tuple[EnvName, ...] = ()
+    # Further host paths the app may read (a runtime it needs), bound read-only.
+    read_only: tuple[str, ...] = ()
+    ready_timeout_s: float = Field(default=30.0, gt=0, le=600)
+
+    @field_validator("path", "read_only")
+    @classmethod
+    def _absolute(cls, value: str | tuple[str, ...]) -> str | tuple[str, ...]:
+        for path in (value,) if isinstance(value, str) else value:
+            if not path.startswith("/"):
+                raise ValueError(f"{path!r} is not an absolute path")
+        return value

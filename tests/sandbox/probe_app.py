@@ -1,0 +1,149 @@
+"""The app the sandbox tests run in a sandbox: it tries, from inside, what an app must not do.
+
+Standard library only. It serves HTTP on the listening socket it is handed as standard
+input (`SANDBOX_LISTEN_FD`), and each path is one attempt whose outcome it reports as
+JSON: `/connect?port=`, `/resolve?name=`, `/write?path=`, `/read?path=`, `/list?path=`,
+`/fork?n=`, `/alloc?mb=`, `/bigfile?mb=`, `/spin`, `/exit`, `/env`, `/whoami`,
+`/version`, `/healthz`. The tests commit this file into a throwaway repository.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import sys
+import time
+from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, NoReturn
+from urllib.parse import parse_qs, urlsplit
+
+
+def attempt(fn: Callable[[], Any]) -> dict[str, Any]:
+    try:
+        return {"ok": True, "result": fn()}
+    except BaseException as exc:  # the outcome is the point, whatever it is
+        return {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
+
+
+def connect(port: str) -> str:
+    with socket.create_connection(("127.0.0.1", int(port)), timeout=2):
+        return "connected"
+
+
+def resolve(name: str) -> list[str]:
+    return [str(a[4][0]) for a in socket.getaddrinfo(name, 80)]
+
+
+def write(path: str) -> str:
+    with open(path, "w") as fh:
+        fh.write("written from the sandbox")
+    return "written"
+
+
+def read(path: str) -> int:
+    with open(path, "rb") as fh:
+        return len(fh.read())
+
+
+def fork(n: str) -> dict[str, Any]:
+    children: list[int] = []
+    try:
+        for _ in range(int(n)):
+            pid = os.fork()
+            if pid == 0:
+                time.sleep(60)
+                os._exit(0)
+            children.append(pid)
+    except OSError as exc:
+        return {"forked": len(children), "stopped_by": str(exc)}
+    return {"forked": len(children)}
+
+
+def alloc(mb: str) -> int:
+    block = bytearray(int(mb) * 1024 * 1024)
+    return len(block)
+
+
+def bigfile(mb: str) -> str:
+    chunk = b"x" * (1024 * 1024)
+    with open(os.path.join(os.environ["SANDBOX_DATA"], "big"), "wb") as fh:
+        for _ in range(int(mb)):
+            fh.write(chunk)
+            fh.flush()
+    return "written"
+
+
+def spin() -> NoReturn:
+    while True:
+        pass
+
+
+class Handler(BaseHTTPRequestHandler):
+    def do_GET(self) -> None:
+        body: Any
+        url = urlsplit(self.path)
+        q = {k: v[0] for k, v in parse_qs(url.query).items()}
+        route = url.path
+        if route == "/healthz":
+            body = {"ok": True}
+        elif route == "/version":
+            with open("VERSION") as fh:
+                body = {"version": fh.read().strip(), "commit": os.environ.get("SANDBOX_COMMIT")}
+        elif route == "/connect":
+            body = attempt(lambda: connect(q["port"]))
+        elif route == "/resolve":
+            body = attempt(lambda: resolve(q["name"]))
+        elif route == "/write":
+            body = attempt(lambda: write(q["path"]))
+        elif route == "/read":
+            body = attempt(lambda: read(q["path"]))
+        elif route == "/list":
+            body = attempt(lambda: sorted(os.listdir(q["path"])))
+        elif route == "/fork":
+            body = attempt(lambda: fork(q["n"]))
+        elif route == "/alloc":
+            body = attempt(lambda: alloc(q["mb"]))
+        elif route == "/bigfile":
+            body = attempt(lambda: bigfile(q["mb"]))
+        elif route == "/spin":
+            spin()
+        elif route == "/exit":
+            os._exit(3)
+        elif route == "/env":
+            body = dict(os.environ)
+        elif route == "/whoami":
+            body = {
+                "uid": os.getuid(),
+                "gid": os.getgid(),
+                "pid": os.getpid(),
+                "groups": os.getgroups(),
+                "host": socket.gethostname(),
+            }
+        else:
+            self.send_error(404)
+            return
+        data = json.dumps(body).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+def main() -> int:
+    listener = socket.socket(fileno=int(os.environ["SANDBOX_LISTEN_FD"]))
+    server = ThreadingHTTPServer(("", 0), Handler, bind_and_activate=False)
+    server.socket = listener
+    server.daemon_threads = True
+    print("probe app ready", flush=True)
+    server.serve_forever()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
