@@ -36,6 +36,7 @@ ORDER = [
     "fixtures",
     "overload",
     "cluster",
+    "sandbox",
     "peer",
 ]
 RATIO_KEYS = (
@@ -60,6 +61,7 @@ BASELINES = {
     "fixtures": "a bare page.goto of the same page",
     "overload": "the same calls on an idle gateway",
     "cluster": "the same call made on the task's owner",
+    "sandbox": "the same app started directly",
     "peer": "Playwright MCP",
 }
 

@@ -189,7 +189,9 @@ class TaskService:
         app: ProvisionedApp | None = None
         if request.sandbox.provision is not None:
             if self.provisioner is None:
-                raise InvalidInput("this gateway provisions no sandboxes")
+                raise InvalidInput(
+                    "this gateway provisions no sandboxes (a node of a cluster does not)"
+                )
             if self._quota is not None:
                 # A look first (refused as the insert would be): no sandbox is started for
                 # a task that has no room.

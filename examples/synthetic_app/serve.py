@@ -71,6 +71,8 @@ def sandboxes_unusable(settings: Settings, path: Path = SOURCE) -> str | None:
     """Why the example cannot give each task a sandbox of its own here; None if it can."""
     if not settings.example_sandboxes:
         return "GATEWAY_EXAMPLE_SANDBOXES is off"
+    if settings.clustered:
+        return "a node of a cluster provisions no sandboxes"
     commit = current_commit(path)
     if commit is None:
         return f"{path} is not a git checkout"

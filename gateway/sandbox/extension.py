@@ -22,6 +22,10 @@ EVIDENCE_SCAN = 200  # records read back for a gone sandbox's manifest (it is am
 
 def install(gw: Gateway) -> list[BaseRoute]:
     settings = gw.settings
+    if settings.clustered:
+        # A sandbox serves the browser of the node that started it, and a task of a
+        # cluster moves between nodes: a node of a cluster provisions none (yet).
+        return []
     providers = ProviderRegistry()
     providers.add(
         LocalProvider(

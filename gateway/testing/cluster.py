@@ -577,6 +577,7 @@ def _print_urls(cluster: LocalCluster) -> None:
     if cluster.example_urls is not None:
         example = cluster.example_urls
         lines.append(f"cluster: example dashboard {example.dashboard}/ (beside {example.node})")
+        # A node of a cluster provisions no sandboxes: the example's tasks share one.
         lines.append(f"cluster: example sandbox instance {example.sandbox}/")
     lines.append("cluster: Ctrl-C stops everything")
     print("\n".join(lines), flush=True)

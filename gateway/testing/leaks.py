@@ -14,7 +14,7 @@ from gateway.runtime import Gateway
 
 @dataclass(frozen=True)
 class Leaked:
-    kind: str  # "browser context", "tab channel", "MCP session", "live task"
+    kind: str  # "browser context", "tab channel", "MCP session", "sandbox", "live task"
     task_id: str
 
     def __str__(self) -> str:
@@ -36,6 +36,11 @@ def leaks(gw: Gateway, ended: set[str] | None = None) -> list[Leaked]:
     hub = gw.services.find(TabHub)
     if hub is not None:
         found += [Leaked("tab channel", t) for t in hub.connected_task_ids() if t in done]
+    from gateway.sandbox.service import Sandboxes
+
+    sandboxes = gw.services.find(Sandboxes)
+    if sandboxes is not None:
+        found += [Leaked("sandbox", t) for t in done if sandboxes.handle_of(t) is not None]
     door = gw.services.find(McpDoor)
     if door is not None:
         found += [Leaked("MCP session", t) for t in door.sessions.task_ids() if t in done]

@@ -17,12 +17,16 @@ from sqlalchemy import func, select
 
 from gateway.cluster.extension import install as join_cluster
 from gateway.cluster.node import ClusterNode
-from gateway.errors import TokenRevoked
+from gateway.errors import InvalidInput, TokenRevoked
+from gateway.identity import Actor, Sandbox
 from gateway.registry import Tool, ToolContext
 from gateway.results import Door, ErrorCode, ToolStatus
 from gateway.runtime import Gateway
+from gateway.sandbox.extension import install as install_sandboxes
+from gateway.sandbox.spec import Provision
 from gateway.settings import Settings
 from gateway.store import schema
+from gateway.tasks import TaskCreate
 from gateway.testing import test_settings
 from gateway.testing.nats import NatsServer, nats_server
 from gateway.testing.postgres import Cluster
@@ -332,3 +336,16 @@ async def test_a_task_taken_from_a_node_with_its_browser_says_so_once(nodes: Nod
     assert told is not None and "lost" in told
     assert node_of(b).browser_moved(identity.task_id) is None  # once
     assert node_of(b).browser_moved(other.task_id) is None  # it had none to lose
+
+
+async def test_a_node_of_a_cluster_provisions_no_sandbox(nodes: Nodes) -> None:
+    a = await nodes.start("node-a")
+    install_sandboxes(a)
+    request = TaskCreate(
+        actor=Actor(id="user_1", role="admin"),
+        org_id="org_a",
+        sandbox=Sandbox(id="sb", provision=Provision(repository="example", commit="0" * 40)),
+    )
+    with pytest.raises(InvalidInput, match="cluster"):
+        await a.tasks.create(request)
+    assert a.tasks.live_ids() == []
