@@ -170,6 +170,38 @@ async def test_dropped_tab_fails_pending_and_reconnects(e2e: E2E) -> None:
 
 
 @in_process
+async def test_a_busy_page_is_sent_only_what_it_can_answer_in_time(e2e: E2E) -> None:
+    task, identity, page = await connected(e2e)
+    hub = e2e.live.hub
+    at_once, waiting = hub.config.actions_at_once, hub.config.actions_waiting
+    # The page holds every action it gets: as many as it is sent at once are in its
+    # hands, as many more wait their turn in the gateway.
+    await page.evaluate("window.hold = true")
+    runs = [f"run_{i}" for i in range(at_once + waiting)]
+    pending = [send(e2e, identity, ShowRunProgress(run_id=run)) for run in runs]
+    await e2e.wait_event(page, "request", at_once)
+    for _ in range(500):
+        if hub.describe(task["task_id"])["waiting_requests"] == waiting:
+            break
+        await asyncio.sleep(0.01)
+    # One more is turned away at once, with a hint of when to come back.
+    refused = await hub.send(identity, ShowRunProgress(run_id="run_refused"), timeout_s=10)
+    assert refused.status is ToolStatus.UNAVAILABLE
+    assert refused.error is not None and refused.error.code == "overloaded"
+    assert refused.error.retryable
+    assert refused.error.details is not None and refused.error.details["retry_after_s"] >= 1
+    assert not any(p.done() for p in pending)
+    assert len(await e2e.events(page, "request")) == at_once
+    # Once the page lets go, every admitted action is applied and answered.
+    await page.evaluate("window.release()")
+    outcomes = await asyncio.gather(*pending)
+    assert [o.result for o in outcomes] == [{"shown": run} for run in runs]
+    requests = await e2e.events(page, "request")
+    assert sorted(r["args"]["run_id"] for r in requests) == sorted(runs)
+    assert await e2e.live.metric("gateway_calls_shed_total", resource="tab") == 1
+
+
+@in_process
 async def test_the_page_refuses_an_action_outside_the_allowlist(e2e: E2E) -> None:
     task, _identity, page = await connected(e2e)
     # Straight into the channel core, past the gateway's own validation: the shim must

@@ -482,14 +482,12 @@ class GatewaySession extends EventTarget {
     }
   }
 
-  async _request(frame) {
+  _request(frame) {
     const { id, action } = frame;
-    const reply = (body) =>
-      this._send({ type: "reply", id, task_id: this.taskId, tab_id: this.tabId, revision: this.revision, ...body });
     const invalid = validateAction(action, this.views);
     if (invalid) {
       this._emit("refused", { id, reason: invalid });
-      return reply({ ok: false, error: { code: "invalid_input", message: invalid } });
+      return this._reply(id, { ok: false, error: { code: "invalid_input", message: invalid } });
     }
     // The page moved since the gateway aimed this action: it has rechecked it against our
     // newer state and either re-aimed or cancelled it; apply only what still fits.
@@ -500,37 +498,63 @@ class GatewaySession extends EventTarget {
     this._requests.set(id, controller);
     // The action was parsed from this frame alone, so the page's handler can have it as is.
     const { type, ...args } = action;
-    this._emit("request", { id, action: type, args });
-    let result;
+    if (this._listened.has("request")) this._emit("request", { id, action: type, args });
+    const aimedAt = this.revision;
+    let value;
     try {
       if (type === "read_view") {
-        const view = this.snapshot();
-        result = {
-          view: view.view ?? null,
-          params: view.params ?? {},
-          revision: this.revision,
-          selection: view.selection ?? {},
-          available_actions: view.available_actions ?? ["read_view", ...Object.keys(this._actions).filter((a) => Object.hasOwn(RULES.actions, a))],
-        };
+        value = this._readView();
       } else {
         const handler = this._actions[type];
         if (typeof handler !== "function") throw Object.assign(new Error(`this page has no handler for ${type}`), { code: "unsupported_action" });
-        const aimedAt = this.revision;
-        const value = await handler(args, { id, signal: controller.signal, revision: aimedAt });
-        if (controller.signal.aborted) return;
-        if (this.revision !== aimedAt && !targetHolds(action, this.snapshot())) return this._emit("stale", { id, action });
-        result = isPlainObject(value) ? value : {};
+        value = handler(args, { id, signal: controller.signal, revision: aimedAt });
       }
     } catch (error) {
-      if (controller.signal.aborted) return;
-      this._requests.delete(id);
-      const code = error && typeof error.code === "string" ? error.code : "handler_error";
-      return reply({ ok: false, error: { code, message: String((error && error.message) || error).slice(0, 500) } });
+      return this._failed(id, controller, error);
     }
+    // A handler that answers at once is replied to at once (no promise, no extra turn);
+    // one that returns a promise, when it settles.
+    if (value !== null && typeof value === "object" && typeof value.then === "function") {
+      Promise.resolve(value).then(
+        (settled) => this._applied(id, action, controller, aimedAt, settled),
+        (error) => this._failed(id, controller, error),
+      );
+    } else {
+      this._applied(id, action, controller, aimedAt, value);
+    }
+  }
+
+  _readView() {
+    const view = this.snapshot();
+    return {
+      view: view.view ?? null,
+      params: view.params ?? {},
+      revision: this.revision,
+      selection: view.selection ?? {},
+      available_actions: view.available_actions ?? ["read_view", ...Object.keys(this._actions).filter((a) => Object.hasOwn(RULES.actions, a))],
+    };
+  }
+
+  _applied(id, action, controller, aimedAt, value) {
+    if (controller.signal.aborted) return;
+    // The handler moved the page (or it moved while the handler worked) away from the
+    // action's target: the gateway has cancelled it, and gets no reply.
+    if (this.revision !== aimedAt && !targetHolds(action, this.snapshot())) return this._emit("stale", { id, action });
+    this._requests.delete(id);
+    const result = isPlainObject(value) ? value : {};
+    if (this._listened.has("applied")) this._emit("applied", { id, action: action.type, result });
+    this._reply(id, { ok: true, result });
+  }
+
+  _failed(id, controller, error) {
     if (controller.signal.aborted) return;
     this._requests.delete(id);
-    this._emit("applied", { id, action: type, result });
-    return reply({ ok: true, result });
+    const code = error && typeof error.code === "string" ? error.code : "handler_error";
+    this._reply(id, { ok: false, error: { code, message: String((error && error.message) || error).slice(0, 500) } });
+  }
+
+  _reply(id, body) {
+    this._send({ type: "reply", id, task_id: this.taskId, tab_id: this.tabId, revision: this.revision, ...body });
   }
 
   // -- approvals ---------------------------------------------------------------------

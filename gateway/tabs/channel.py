@@ -185,6 +185,9 @@ class TabChannel:
     def pending_ids(self) -> list[str]:
         return list(self._pending)
 
+    def has_pending(self) -> bool:
+        return bool(self._pending)
+
     def describe(self) -> dict[str, Any]:
         """Tab state for `GET /v1/tasks/{id}`."""
         conn = self._conn
@@ -351,7 +354,9 @@ class TabChannel:
             return [
                 Settle(tab_unavailable(request_id, "no dashboard tab is connected for this task"))
             ]
-        if sum(1 for p in self._pending.values() if p.conn == conn.id) >= self.limits.max_pending:
+        # Every pending request is the current connection's: a connection that goes fails
+        # its own (`_drop`).
+        if len(self._pending) >= self.limits.max_pending:
             return [
                 Settle(
                     failure(
@@ -438,6 +443,17 @@ class TabChannel:
             )
         current.last_seen = now
         within_rate = current.bucket.take(now)
+        if isinstance(text, str) and '"reply"' in text:
+            # Replies are most of what a busy tab sends: one that names itself a reply is
+            # parsed and validated in one pass, straight from the text. Anything else, or a
+            # reply that does not validate, takes the general path (which says why).
+            try:
+                reply = frames.Reply.model_validate_json(text)
+            except ValueError:
+                pass  # the general path below parses it again to say why
+            else:
+                if within_rate or self._answers_here(reply.id):
+                    return self._reply(current, reply, now)
         if isinstance(text, bytes):
             return self._refuse(current, "invalid_frame", "frames are JSON text")
         try:
@@ -495,35 +511,40 @@ class TabChannel:
             return raw.get("id") in self._unanswered
         if raw.get("type") != "reply":
             return False
-        pending = self._pending.get(raw.get("id"))  # type: ignore[arg-type]
+        request_id = raw.get("id")
+        return isinstance(request_id, str) and self._answers_here(request_id)
+
+    def _answers_here(self, request_id: str) -> bool:
+        """Whether a request with this id waits for the current connection's reply."""
+        pending = self._pending.get(request_id)
         return pending is not None and self._conn is not None and pending.conn == self._conn.id
 
     def _reply(self, conn: _Conn, reply: frames.Reply, now: float) -> list[Effect]:
         pending = self._pending.get(reply.id)
-
-        def refuse(reason: str, message: str) -> list[Effect]:
-            claimed = {
-                "request_id": reply.id,
-                "claimed_task_id": reply.task_id,
-                "claimed_tab_id": reply.tab_id,
-                "claimed_revision": reply.revision,
-            }
-            return self._refuse(
-                conn, reason, message, frame_type="reply", details=claimed, request_id=reply.id
-            )
-
         if pending is None:
-            return refuse("unknown_request", "no pending request has this id on this channel")
+            return self._refuse_reply(
+                conn, reply, "unknown_request", "no pending request has this id on this channel"
+            )
         if pending.conn != conn.id:
-            return refuse("wrong_connection", "the request was sent to another connection")
+            return self._refuse_reply(
+                conn, reply, "wrong_connection", "the request was sent to another connection"
+            )
         if reply.task_id != self.task_id:
-            return refuse("wrong_task", "the reply names another task")
+            return self._refuse_reply(conn, reply, "wrong_task", "the reply names another task")
         if reply.tab_id != conn.tab_id:
-            return refuse("wrong_tab", "the reply names another tab")
+            return self._refuse_reply(conn, reply, "wrong_tab", "the reply names another tab")
         if reply.revision != pending.revision:
-            return refuse("stale_revision", f"the request is aimed at revision {pending.revision}")
+            return self._refuse_reply(
+                conn,
+                reply,
+                "stale_revision",
+                f"the request is aimed at revision {pending.revision}",
+            )
         if now >= pending.expires_at:
-            return [*self._timeout(pending), *refuse("expired", "the request had expired")]
+            return [
+                *self._timeout(pending),
+                *self._refuse_reply(conn, reply, "expired", "the request had expired"),
+            ]
         if reply.ok:
             return [self._settle(pending, succeeded(pending.id, reply.result or {}))]
         error = reply.error or frames.ReplyError(code="handler_error", message="")
@@ -535,6 +556,19 @@ class TabChannel:
                 pending, failure(pending.id, ToolStatus.FAILED, code, message, details=details)
             )
         ]
+
+    def _refuse_reply(
+        self, conn: _Conn, reply: frames.Reply, reason: str, message: str
+    ) -> list[Effect]:
+        claimed = {
+            "request_id": reply.id,
+            "claimed_task_id": reply.task_id,
+            "claimed_tab_id": reply.tab_id,
+            "claimed_revision": reply.revision,
+        }
+        return self._refuse(
+            conn, reason, message, frame_type="reply", details=claimed, request_id=reply.id
+        )
 
     def _state(self, conn: _Conn, state: frames.State) -> list[Effect]:
         if state.revision <= conn.revision:

@@ -15,7 +15,9 @@ import contextlib
 import json
 import logging
 from collections.abc import Awaitable, Callable
+from typing import Any
 
+from pydantic_core import PydanticSerializationError, to_json
 from starlette.websockets import WebSocket, WebSocketDisconnect, WebSocketState
 
 from gateway.errors import AuthError, GatewayError
@@ -91,10 +93,8 @@ def endpoint(
             except GatewayError as exc:
                 await _refuse(ws, hub, "unavailable", str(exc.code), exc.message)
                 return
-        link = hub.attach(
-            identity, hello, claims.expires_at, _writer(ws, hub.config.write_timeout_s)
-        )
-        writer = asyncio.create_task(_write(link))
+        link = hub.attach(identity, hello, claims.expires_at, _writer(ws))
+        writer = asyncio.create_task(_write(link, hub.config.write_timeout_s))
         reader = asyncio.create_task(_read(ws, hub, link))
         try:
             # The writer ends when a close was sent or the tab stopped taking frames; either
@@ -130,21 +130,27 @@ async def _read(ws: WebSocket, hub: TabHub, link: TabLink) -> None:
         hub.receive(link, data if data is not None else message.get("bytes") or b"")
 
 
-def _writer(ws: WebSocket, timeout_s: float) -> Writer:
+def encode(frame: dict[str, Any]) -> str:
+    """A frame as compact JSON text."""
+    try:
+        return to_json(frame).decode()
+    except PydanticSerializationError:
+        # A lone surrogate (text that came in as JSON `\ud800`) has no UTF-8 form; JSON's
+        # escapes carry it, as they did when it came in.
+        return json.dumps(frame, separators=(",", ":"))
+
+
+def _writer(ws: WebSocket) -> Writer:
     async def write(item: Outgoing) -> bool:
-        """Send one frame; a close command ends the connection (returns False), and so
-        does a tab that has not taken a frame within `timeout_s`."""
+        """Send one frame; a close command ends the connection (returns False). How long
+        a write may wait for the socket is its caller's to bound (`TabLink.flush`)."""
         try:
-            async with asyncio.timeout(timeout_s):
-                if isinstance(item, CloseCommand):
-                    if ws.client_state is WebSocketState.CONNECTED:
-                        await ws.close(item.code, item.reason)
-                    return False
-                await ws.send_text(json.dumps(item, separators=(",", ":")))
+            if isinstance(item, CloseCommand):
+                if ws.client_state is WebSocketState.CONNECTED:
+                    await ws.close(item.code, item.reason)
+                return False
+            await ws.send_text(encode(item))
             return True
-        except TimeoutError:
-            log.info("a tab stopped reading; dropping its connection")
-            return False
         except (WebSocketDisconnect, RuntimeError, OSError):
             return False
         except Exception:
@@ -154,9 +160,10 @@ def _writer(ws: WebSocket, timeout_s: float) -> Writer:
     return write
 
 
-async def _write(link: TabLink) -> None:
-    """Flush the outbox whenever something is queued, until the connection is done."""
+async def _write(link: TabLink, write_timeout_s: float) -> None:
+    """Flush the outbox whenever something is queued, until the connection is done; a tab
+    that has not taken a frame within `write_timeout_s` is not reading, and is dropped."""
     while not link.done:
         await link.wake.wait()
         link.wake.clear()
-        await link.flush()
+        await link.flush(write_timeout_s)

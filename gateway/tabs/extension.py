@@ -26,6 +26,7 @@ def install(gw: Gateway) -> list[BaseRoute]:
         config=gw.services.find(TabConfig),
         log=gw.task_log.publish,
         desk=gw.approvals,
+        on_shed=gw.metrics.calls_shed.labels(resource="tab").inc,
     )
     gw.services.provide(TabHub, hub)
     register_ui_tools(gw.registry)

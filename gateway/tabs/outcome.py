@@ -1,8 +1,9 @@
 """The terminal outcome of one UI action sent to a tab.
 
 Exactly one per request: `succeeded` with the tab's result, or `timeout`,
-`unavailable`/`tab_unavailable` (retryable), `failed`/`stale_target`, `failed`/`cancelled`,
-or `failed` with the page's own error. A tool handler turns a non-success into its own
+`unavailable`/`tab_unavailable` (retryable), `unavailable`/`overloaded` (retryable, nothing
+was sent), `failed`/`stale_target`, `failed`/`cancelled`, or `failed` with the page's own
+error. A tool handler turns a non-success into its own
 terminal result with `outcome.unwrap()`.
 """
 
@@ -21,6 +22,8 @@ class TabOutcome:
     status: ToolStatus
     result: dict[str, Any] | None = None
     error: ToolError | None = None
+    # Seconds the action waited for its turn at the tab before it was sent (0: none).
+    waited_s: float = 0.0
 
     @property
     def ok(self) -> bool:

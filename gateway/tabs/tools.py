@@ -24,6 +24,7 @@ UI_SCOPE = "ui"
 # own `timeout` (and the page gets a `cancel`) rather than as the pipeline's deadline.
 TOOL_TIMEOUT_S = 30.0
 TAB_TIMEOUT_S = 25.0
+TAB_MARGIN_S = TOOL_TIMEOUT_S - TAB_TIMEOUT_S
 
 
 def _handler(kind: str) -> Any:
@@ -33,8 +34,14 @@ def _handler(kind: str) -> Any:
             action = hub.action(kind, args)
         except ValueError as exc:
             raise ToolFailure(ToolStatus.FAILED, ErrorCode.INVALID_INPUT, str(exc)[:500]) from None
-        outcome = await hub.send(ctx.identity, action, timeout_s=TAB_TIMEOUT_S)
+        # The tab's deadline stays ahead of the call's, if the call has less time left.
+        timeout = min(TAB_TIMEOUT_S, max(0.0, ctx.time_left() - TAB_MARGIN_S))
+        outcome = await hub.send(ctx.identity, action, timeout_s=timeout)
         ctx.evidence["tab"] = {"request_id": outcome.request_id, "action": kind}
+        if outcome.error is not None and outcome.error.code == ErrorCode.OVERLOADED:
+            ctx.evidence["admission"] = {"shed": True}  # nothing was sent to the tab
+        elif outcome.waited_s > 0:
+            ctx.evidence["admission"] = {"waited_ms": round(outcome.waited_s * 1000, 1)}
         return outcome.unwrap()
 
     return handle

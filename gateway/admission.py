@@ -1,0 +1,176 @@
+"""Admission of work to a resource that serves a few calls at once: a few run, the others
+wait their turn, and a call that would not get its turn in time is told so at once.
+
+A resource shared by many calls (a Chromium process's cores, a dashboard tab's event loop)
+only gets slower past a few at once, and a queue without a bound turns a quick answer into
+one after a minute. So each such resource has one `Admission`:
+
+- at most `slots` calls hold it at once; the others wait in the order they came (FIFO: a
+  slot that frees goes to the first);
+- a call can expect to wait (calls waiting ahead of it + 1) / slots x the running average
+  of recent holds (nothing while a slot is free and no one waits);
+- it ends at once, `unavailable`/`overloaded`, retryable, with `details.retry_after_s`
+  (that expected wait, rounded up, at least 1 s), when the wait and one hold more do not
+  fit in the time its deadline leaves it, or when `max_waiting` calls wait already;
+- a call that waits and whose deadline comes too close to still be served leaves the
+  queue the same way, rather than timing out later.
+
+A call turned away never reached the resource: nothing of it is half done. Who uses it,
+with which numbers: the task browser (`gateway/browser/admission.py`, per Chromium process)
+and the tab channel (`gateway/tabs/hub.py`, per dashboard tab).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import time
+from collections import deque
+from collections.abc import Callable
+
+from gateway.errors import ToolFailure
+from gateway.results import ErrorCode, ToolStatus
+
+# Weight of the newest hold in the running average: it follows a change of load within a
+# few calls, and one slow call does not set it alone.
+RECENT_WEIGHT = 0.2
+
+
+class Admission:
+    """The slots of one resource, and its queue.
+
+    `first_guess_s`: the hold assumed until one is measured. `run_margin_s`: what a call
+    does besides its hold once admitted (its evidence, its answer); a call that cannot keep
+    this much before its deadline does not start. `what` and `unit` name the resource and
+    its calls in the refusal ("the task browser", "actions").
+    """
+
+    def __init__(
+        self,
+        slots: int,
+        *,
+        max_waiting: int,
+        first_guess_s: float,
+        run_margin_s: float,
+        what: str,
+        unit: str,
+        clock: Callable[[], float] = time.monotonic,
+        on_shed: Callable[[], None] | None = None,
+    ) -> None:
+        if slots < 1:
+            raise ValueError("an admission needs at least one slot")
+        self.slots = slots
+        self.max_waiting = max_waiting
+        self.run_margin_s = run_margin_s
+        self.what = what
+        self.unit = unit
+        self.clock = clock
+        self.on_shed = on_shed
+        self.running = 0
+        self.average_s = first_guess_s
+        self.measured = 0  # holds whose duration went into the average
+        self.shed = 0  # calls turned away
+        self._waiting: deque[asyncio.Future[None]] = deque()
+
+    @property
+    def queued(self) -> int:
+        """Calls waiting for a slot now."""
+        return len(self._waiting)
+
+    @property
+    def idle(self) -> bool:
+        """No call holds a slot or waits for one."""
+        return self.running == 0 and not self._waiting
+
+    def expected_wait(self, ahead: int | None = None) -> float:
+        """Seconds a call that joins now (behind `ahead` waiting calls: all of them when
+        None) can expect to wait for its slot."""
+        ahead = len(self._waiting) if ahead is None else ahead
+        if ahead == 0 and self.running < self.slots:
+            return 0.0
+        # Each slot frees once per hold on the average: the call's turn comes after the
+        # calls ahead of it and one more hold, spread over the slots.
+        return (ahead + 1) / self.slots * self.average_s
+
+    def fits(self, wait: float, time_left: float) -> bool:
+        """Whether a call that waits `wait` still has time to be served before its deadline."""
+        return wait + self.average_s + self.run_margin_s <= time_left
+
+    def try_acquire(self) -> bool:
+        """Take a free slot if there is one and no one waits for it (no await, no deadline
+        to weigh); the caller must `release` it."""
+        if self.running < self.slots and not self._waiting:
+            self.running += 1
+            return True
+        return False
+
+    async def acquire(self, time_left: float = math.inf) -> float:
+        """Take a slot, waiting in line; returns the seconds waited.
+
+        `time_left`: seconds until the call's deadline. Raises the `overloaded` failure,
+        at once, when the call would not get its slot in time; the caller must `release`
+        every slot it was given."""
+        if self.try_acquire():
+            return 0.0
+        wait = self.expected_wait()
+        if len(self._waiting) >= self.max_waiting or not self.fits(wait, time_left):
+            raise self._refuse(wait)
+        arrived = self.clock()
+        deadline = arrived + time_left
+        turn: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiting.append(turn)
+        try:
+            while not turn.done():
+                # The last moment it can take a slot and still be served in time (moved as
+                # the average moves: looked at again each time it comes).
+                give_up = deadline - self.average_s - self.run_margin_s - self.clock()
+                if give_up <= 0:
+                    break
+                await asyncio.wait([turn], timeout=give_up if math.isfinite(give_up) else None)
+        except BaseException:
+            self._leave(turn)
+            raise
+        if turn.done():
+            return self.clock() - arrived  # the slot was handed over, already counted
+        self._leave(turn)
+        raise self._refuse(self.expected_wait())
+
+    def release(self, held_s: float | None) -> None:
+        """Give a slot back after holding it `held_s` seconds; None when the call never
+        reached the resource (it says nothing of how long a hold takes)."""
+        if held_s is not None:
+            if self.measured == 0:
+                self.average_s = held_s  # the first measure replaces the guess
+            else:
+                self.average_s += RECENT_WEIGHT * (held_s - self.average_s)
+            self.measured += 1
+        self._hand_over()
+
+    def _hand_over(self) -> None:
+        # The freed slot goes straight to the first in line, so a call arriving now cannot
+        # take it before those already waiting.
+        if self._waiting:
+            self._waiting.popleft().set_result(None)
+        else:
+            self.running -= 1
+
+    def _leave(self, turn: asyncio.Future[None]) -> None:
+        if turn.done() and not turn.cancelled():
+            self._hand_over()  # its slot came as it gave up: the next one takes it
+        else:
+            self._waiting.remove(turn)
+            turn.cancel()
+
+    def _refuse(self, wait: float) -> ToolFailure:
+        self.shed += 1
+        if self.on_shed is not None:
+            self.on_shed()
+        retry_after = max(1, math.ceil(wait))
+        return ToolFailure(
+            ToolStatus.UNAVAILABLE,
+            ErrorCode.OVERLOADED,
+            f"{self.what} is overloaded ({self.running} {self.unit} running, "
+            f"{len(self._waiting)} waiting for {self.slots} slots); nothing was done",
+            retryable=True,
+            details={"retry_after_s": retry_after},
+        )
