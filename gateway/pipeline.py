@@ -73,6 +73,11 @@ class _Call:
     idempotency_row: tuple[Any, dict[str, Any]] | None = None
     shed: bool = False  # turned away before it ran: the evidence writer is too far behind
     epoch: int | None = None  # the owner epoch its side effect ran under (a cluster)
+    # The owner epoch its side effect ran under when its node lost the task meanwhile.
+    lost_epoch: int | None = None
+    # Sent to the task's owner on another node: a failure of that hop is this node's own
+    # record, under an id of its own (the owner may still record the call under its id).
+    routing: bool = False
 
     def result(self, recorded_input: Any = None) -> ToolResult:
         return ToolResult(
@@ -171,6 +176,8 @@ class Pipeline:
         self._usage: dict[str, _TaskUsage] = {}
         # Set when this gateway is a node of a cluster: calls run on their task's owner.
         self.placement: Placement | None = None
+        # Handlers running, by task: a node that loses a task cancels them.
+        self._handlers: dict[str, set[asyncio.Future[Any]]] = {}
         # One lock per (task, tool, idempotency key), dropped when no call holds or awaits it.
         self._key_locks: dict[tuple[str, str, str], _KeyLock] = {}
 
@@ -194,10 +201,13 @@ class Pipeline:
         channel for the approvals this call may need. `routed`: the call was sent here by
         another node of the cluster, as to the task's owner; it runs here."""
         call_id = call_id or new_id("call")
-        if not tool_name.isascii():
-            # No registered name is non-ASCII, so this one is unknown; a lone surrogate in it
-            # could be neither stored as evidence nor answered, so it is kept escaped.
-            tool_name = tool_name.encode("utf-8", "backslashreplace").decode()
+        if not (tool_name.isascii() and tool_name.isprintable()):
+            # No registered name is non-ASCII or holds a control character, so this one is
+            # unknown; a lone surrogate (not UTF-8) or a NUL (not PostgreSQL text) in it could
+            # be neither stored as evidence nor answered, so those are kept escaped.
+            tool_name = "".join(
+                c if c.isprintable() else c.encode("unicode_escape").decode() for c in tool_name
+            )
         tool = self.registry.get(tool_name)
         if tool is not None:
             # Called by its id or by its exposed name: evidence and results name the id.
@@ -246,6 +256,7 @@ class Pipeline:
             need = self._authorize(identity, tool)
             if self.placement is not None and not asking.routed:
                 # The checks above need nothing of the task's owner; the rest runs there.
+                call.routing = True
                 answer = await self.placement.elsewhere(
                     identity,
                     tool.name,
@@ -257,6 +268,7 @@ class Pipeline:
                 )
                 if answer is not None:
                     return answer
+                call.routing = False
             self._admit_evidence(call, tool)
             usage = await self._usage_of(identity.task_id)
             self._charge_budget(identity, tool, usage)
@@ -489,8 +501,8 @@ class Pipeline:
                 details={"errors": errors},
             ) from None
 
-    @staticmethod
     async def _run(
+        self,
         tool: Tool,
         context: ToolContext,
         args: BaseModel,
@@ -504,6 +516,8 @@ class Pipeline:
         # time to finish it): the same clock and pauses as the wait below.
         context.remaining = lambda: deadline + pause.paused_for(loop.time()) - loop.time()
         handler = asyncio.ensure_future(tool.handler(context, args))
+        if self.placement is not None:
+            self._running(context.identity.task_id, handler)
         waiter = asyncio.ensure_future(cancel.wait()) if cancel is not None else None
         try:
             while True:
@@ -595,12 +609,18 @@ class Pipeline:
         }
         if call.context is not None and call.context.evidence:
             record["context"] = redact(call.context.evidence)
-        if call.epoch is not None and self.placement is not None:
+        if self.placement is not None and (call.epoch or call.lost_epoch) is not None:
             # Which node ran the side effect, and under which of the task's owner epochs.
-            record["owner"] = {"node_id": self.placement.node_id, "epoch": call.epoch}
+            record["owner"] = {
+                "node_id": self.placement.node_id,
+                "epoch": call.epoch if call.epoch is not None else call.lost_epoch,
+                "lost": call.lost_epoch is not None,
+            }
+        if call.routing:
+            record["routed"] = True
         rows = [
             self.store.evidence_row(
-                record_id=call.call_id,
+                record_id=new_id("call") if call.routing else call.call_id,
                 task_id=identity.task_id,
                 org_id=identity.org_id,
                 kind="call",
@@ -625,7 +645,9 @@ class Pipeline:
             else:
                 guard, params = self.placement.commit_guard(identity.task_id, call.epoch)
                 if not await self.store.commit_if(guard, params, rows):
-                    result = _lost_owner(call)
+                    # The task moved on while this ran: what it did is kept, as in doubt,
+                    # and not as the call's result (a retry under its key is in doubt).
+                    return await self._finish(_lost_owner(call))
         except StorageError as exc:
             self.metrics.storage_failures.inc()
             result = ToolResult(
@@ -640,6 +662,23 @@ class Pipeline:
         ).inc()
         self.metrics.call_seconds.labels(call.door.value).observe(duration)
         return result
+
+    def _running(self, task_id: str, handler: asyncio.Future[Any]) -> None:
+        running = self._handlers.setdefault(task_id, set())
+        running.add(handler)
+
+        def done(_f: asyncio.Future[Any]) -> None:
+            running.discard(handler)
+            if not running and self._handlers.get(task_id) is running:
+                del self._handlers[task_id]
+
+        handler.add_done_callback(done)
+
+    async def release(self, task_id: str) -> None:
+        """Another node holds the task now: the handlers still running for it here are
+        cancelled (a side effect under way is cut short; its record says in doubt)."""
+        for handler in list(self._handlers.get(task_id, ())):
+            handler.cancel()
 
     async def forget(self, task_id: str, _reason: str) -> None:
         """A task ended or expired: its calls are refused from now on, its usage can go."""
@@ -660,21 +699,21 @@ class Pipeline:
         return await self.events.record(identity, kind, data)
 
 
-def _lost_owner(call: _Call) -> ToolResult:
-    """The answer for a side effect whose node lost the task while it ran (another node
-    owns it now, or the task ended): its outcome is not recorded, and a retry under the
-    same key is told `in_doubt`, never run again by itself."""
-    return ToolResult(
-        call_id=call.call_id,
-        tool=call.tool_name,
-        status=ToolStatus.UNAVAILABLE,
-        error=ToolError(
-            code=ErrorCode.IN_DOUBT,
-            message="this gateway node lost the task while the call ran; whether it took "
-            "effect is not recorded",
-            details={"epoch": call.epoch},
-        ),
+def _lost_owner(call: _Call) -> _Call:
+    """A side effect whose node lost the task while it ran (another node owns it now, or
+    the task ended): it is recorded as in doubt, not as its result, under no idempotency
+    key (a retry under the key is told `in_doubt`, never run again by itself)."""
+    call.error = ToolError(
+        code=ErrorCode.IN_DOUBT,
+        message="this gateway node lost the task while the call ran; whether it took "
+        "effect is not known",
+        details={"epoch": call.epoch},
     )
+    call.status = ToolStatus.UNAVAILABLE
+    call.output = None
+    call.idempotency_row = None
+    call.lost_epoch, call.epoch = call.epoch, None
+    return call
 
 
 def _unstored(done: asyncio.Future[None]) -> None:

@@ -28,7 +28,7 @@ def install(gw: Gateway) -> list[BaseRoute]:
 
     node = ClusterNode(
         node_id,
-        Ledger(lambda: gw.store.engine, node_id),
+        Ledger(settings.resolved_database_url(), node_id),
         connect,
         gw.tasks,
         gw.pipeline,
@@ -37,6 +37,9 @@ def install(gw: Gateway) -> list[BaseRoute]:
         beat_s=settings.cluster_beat_s,
     )
     gw.services.provide(ClusterNode, node)
+    # A person's answer reaches the node that asks; a node that lost the task closes its
+    # questions, and the call that asked ends.
+    node.on_release(lambda task_id: gw.approvals.task_ended(task_id, "moved"))
     gw.placement = node
     gw.pipeline.placement = node
     gw.add_part("cluster node", context=node.running)

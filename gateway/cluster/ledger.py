@@ -11,14 +11,14 @@ paused old owner that wakes up finds its epoch gone and does nothing.
 from __future__ import annotations
 
 import secrets
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import Float, bindparam, cast, func, select, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.engine import make_url
 from sqlalchemy.exc import SQLAlchemyError
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncConnection, create_async_engine
 
 from gateway.errors import StorageError
 from gateway.store import schema
@@ -50,6 +50,14 @@ class Owner:
 
 
 @dataclass(frozen=True)
+class Freed:
+    """A task whose owner was let go: nobody holds it now, from `epoch` on."""
+
+    task_id: str
+    epoch: int
+
+
+@dataclass(frozen=True)
 class Intent:
     call_id: str
     node_id: str
@@ -64,15 +72,20 @@ class Ended:
 
 
 class Ledger:
-    def __init__(self, engine: Callable[[], AsyncEngine], node_id: str) -> None:
-        self._engine = engine  # the store's, once it is started
+    def __init__(self, url: str, node_id: str) -> None:
+        if make_url(url).get_backend_name() != "postgresql":
+            raise StorageError("a cluster needs PostgreSQL (GATEWAY_DATABASE_URL=postgresql+...)")
+        # Connections of its own, apart from the store's: a node whose calls hold every
+        # store connection must still beat, or the others would declare it dead.
+        self._engine = create_async_engine(url, pool_size=2, max_overflow=2)
         self.node_id = node_id
         self.incarnation = secrets.token_hex(8)
 
+    async def close(self) -> None:
+        await self._engine.dispose()
+
     async def _run(self, what: str, statements: Any) -> Any:
-        engine = self._engine()
-        if engine.dialect.name != "postgresql":
-            raise StorageError("a cluster needs PostgreSQL (GATEWAY_DATABASE_URL=postgresql+...)")
+        engine = self._engine
         try:
             async with engine.begin() as conn:
                 return await statements(conn)
@@ -81,13 +94,12 @@ class Ledger:
 
     # -- nodes ------------------------------------------------------------------------
 
-    async def join(self) -> list[str]:
+    async def join(self) -> list[Freed]:
         """Register this node as live under a new incarnation. Tasks the node id owned
-        before (a restart) are freed: what it held for them died with the old process.
-        Returns their ids."""
+        before (a restart) are freed: what it held for them died with the old process."""
         nodes, owners = schema.nodes, schema.task_owners
 
-        async def run(conn: AsyncConnection) -> list[str]:
+        async def run(conn: AsyncConnection) -> list[Freed]:
             row = {
                 "node_id": self.node_id,
                 "incarnation": self.incarnation,
@@ -104,10 +116,10 @@ class Ledger:
             )
             return await _free(conn, owners.c.node_id == self.node_id)
 
-        freed: list[str] = await self._run("register this node", run)
+        freed: list[Freed] = await self._run("register this node", run)
         return freed
 
-    async def rejoin(self) -> list[str]:
+    async def rejoin(self) -> list[Freed]:
         """Join again as a new incarnation (after being declared dead)."""
         self.incarnation = secrets.token_hex(8)
         return await self.join()
@@ -131,11 +143,11 @@ class Ledger:
         alive: bool = await self._run("beat", run)
         return alive
 
-    async def leave(self) -> list[str]:
+    async def leave(self) -> list[Freed]:
         """This node stops: it is no longer live, and its tasks are free for others."""
         nodes, owners = schema.nodes, schema.task_owners
 
-        async def run(conn: AsyncConnection) -> list[str]:
+        async def run(conn: AsyncConnection) -> list[Freed]:
             await conn.execute(
                 update(nodes)
                 .where(nodes.c.node_id == self.node_id, nodes.c.incarnation == self.incarnation)
@@ -143,15 +155,15 @@ class Ledger:
             )
             return await _free(conn, owners.c.node_id == self.node_id)
 
-        freed: list[str] = await self._run("leave", run)
+        freed: list[Freed] = await self._run("leave", run)
         return freed
 
-    async def reap(self, dead_after_s: float) -> dict[str, list[str]]:
+    async def reap(self, dead_after_s: float) -> dict[str, list[Freed]]:
         """Declare dead every live node whose last beat is older than `dead_after_s` and
         free its tasks; returns the dead nodes' freed task ids by node."""
         nodes, owners = schema.nodes, schema.task_owners
 
-        async def run(conn: AsyncConnection) -> dict[str, list[str]]:
+        async def run(conn: AsyncConnection) -> dict[str, list[Freed]]:
             dead = (
                 await conn.execute(
                     update(nodes)
@@ -160,12 +172,12 @@ class Ledger:
                     .returning(nodes.c.node_id)
                 )
             ).scalars()
-            freed: dict[str, list[str]] = {}
+            freed: dict[str, list[Freed]] = {}
             for node in list(dead):
                 freed[node] = await _free(conn, owners.c.node_id == node)
             return freed
 
-        freed: dict[str, list[str]] = await self._run("reap dead nodes", run)
+        freed: dict[str, list[Freed]] = await self._run("reap dead nodes", run)
         return freed
 
     async def live_nodes(self) -> list[str]:
@@ -294,6 +306,18 @@ class Ledger:
         found: Intent | None = await self._run("read a call's intent", run)
         return found
 
+    async def outcome(self, record_id: str) -> tuple[bool, str | None]:
+        """Whether a call's evidence record is stored, and its error code (None: none)."""
+        evidence = schema.evidence
+
+        async def run(conn: AsyncConnection) -> tuple[bool, str | None]:
+            query = select(evidence.c.error_code).where(evidence.c.id == record_id)
+            row = (await conn.execute(query)).first()
+            return (False, None) if row is None else (True, row.error_code)
+
+        found: tuple[bool, str | None] = await self._run("look for a call's record", run)
+        return found
+
     def commit_guard(self, task_id: str, epoch: int) -> tuple[Any, dict[str, Any]]:
         """The guard and its parameters for committing a side effect's evidence."""
         return COMMIT_GUARD, {
@@ -304,16 +328,16 @@ class Ledger:
 
     # -- task ends --------------------------------------------------------------------
 
-    async def revoke(self, task_id: str, at: float, reason: str) -> bool:
+    async def revoke(self, task_id: str, _at: float, reason: str) -> bool:
         """End a task: its revocation row and its owner row's `revoked`, in one
         transaction (a fence waits for it, or it waits for the fence). False when it had
-        ended already."""
+        ended already. The time is the database's, which the nodes read ends by."""
         revocations, owners = schema.revocations, schema.task_owners
 
         async def run(conn: AsyncConnection) -> bool:
             inserted = await conn.execute(
                 pg_insert(revocations)
-                .values(task_id=task_id, revoked_at=at, reason=reason[:256])
+                .values(task_id=task_id, revoked_at=_NOW, reason=reason[:256])
                 .on_conflict_do_nothing(index_elements=[revocations.c.task_id])
             )
             statement = pg_insert(owners).values(
@@ -351,12 +375,12 @@ class Ledger:
         return now
 
 
-async def _free(conn: AsyncConnection, which: Any) -> list[str]:
+async def _free(conn: AsyncConnection, which: Any) -> list[Freed]:
     owners = schema.task_owners
     freed = await conn.execute(
         update(owners)
         .where(which)
         .values(node_id=None, epoch=owners.c.epoch + 1, changed_at=_NOW)
-        .returning(owners.c.task_id)
+        .returning(owners.c.task_id, owners.c.epoch)
     )
-    return list(freed.scalars())
+    return [Freed(row.task_id, int(row.epoch)) for row in freed]

@@ -1,12 +1,15 @@
 """One node of a cluster: it owns some tasks, routes calls for the others to their owners,
 serves the calls routed to it, beats, frees the tasks of dead nodes, and hears of task ends.
 
-Subjects on the bus:
-- `gw.call.<node>`: a call for a task `<node>` owns (request-reply, signed);
-- `gw.owner`: a task changed owner (so the node that held it lets go, and caches update);
+Subjects on the bus, every message signed with the gateway's keys (a node that cannot
+verify one ignores it, so a publisher on the bus without the keys can neither end a task,
+nor move one, nor answer for an owner):
+- `gw.call.<node>`: a call for a task `<node>` owns (request-reply); the envelope names
+  the node it is for, expires with the call's deadline, and runs once;
+- `gw.owner`: a task changed owner, or was let go (so the node that held it lets go);
 - `gw.ended`: a task ended (every node refuses its tokens and lets go of it); each node
-  also reads task ends from the database every `POLL_ENDS_S`, so a lost message costs at
-  most that long.
+  also reads the ends committed in the last `ENDS_LOOKBACK_S` every `POLL_ENDS_S`, so a lost
+  message costs at most that long.
 
 A task's calls all run on its owner (its budget, idempotency locks, tab channel and
 browser context are there). A node becomes the owner when the task's tab connects to it
@@ -17,10 +20,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import math
 import time
+from collections import OrderedDict
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
@@ -34,7 +37,7 @@ from gateway.results import Door, ErrorCode, ToolResult, ToolStatus
 from gateway.tasks import TaskService
 
 from .bus import Bus, BusError, BusTimeout, NoResponder
-from .ledger import Ledger, Owner
+from .ledger import Freed, Ledger, Owner
 
 log = logging.getLogger(__name__)
 
@@ -42,17 +45,20 @@ CALLS = "gw.call.{node}"
 OWNER = "gw.owner"
 ENDED = "gw.ended"
 POLL_ENDS_S = 0.5
-# Task ends are read back this far before the newest one seen: ends committed late, or by
-# a node whose clock is a little behind, are still found.
+# Task ends are read back this far (on the database's clock): an end whose message was
+# lost, or committed a moment late, is still found.
 ENDS_LOOKBACK_S = 30.0
 MISSED_BEATS = 3
 # How long another node's ownership is believed without asking the database again; a
 # stale belief costs one extra hop (the old owner says it is not the owner).
 OWNER_CACHE_S = 2.0
-# Time a routed call's envelope stays valid: a call cannot be replayed to an owner later.
-ENVELOPE_MAX_AGE_S = 600
-# The wait for an owner's answer beyond the tool's own deadline (the hop and the commit).
+# The wait for an owner's answer beyond the call's own time (the hop and the commit).
 ROUTE_MARGIN_S = 5.0
+# Routed calls an owner remembers having run, so a replayed envelope runs nothing; an
+# envelope is also refused once its call's wait is over.
+SEEN_CALLS = 10_000
+# A signed broadcast older than this is ignored (a replay; the bus delivers in milliseconds).
+ENVELOPE_MAX_AGE_S = 600
 
 
 class ClusterNode:
@@ -74,16 +80,19 @@ class ClusterNode:
         self.pipeline = pipeline
         self.beat_s = beat_s
         self._keys = keys
-        self._signer: URLSafeTimedSerializer | None = None
+        self._signers: dict[str, URLSafeTimedSerializer] = {}
         self._bus: Bus | None = None
         self._mine: dict[str, int] = {}  # tasks this node owns, and their epoch
         self._others: dict[str, tuple[Owner, float]] = {}  # believed owners, and since when
+        # The newest epoch heard of per task: a claim answered after a newer one was heard
+        # of is not taken up.
+        self._newest: OrderedDict[str, int] = OrderedDict()
         # Tasks taken from a node that had opened their browser context: told once.
         self._browser_moved: dict[str, str] = {}
         self._release: list[ReleaseListener] = []
-        self._ends_seen = 0.0
         # Ends heard from other nodes: told to this node's listeners, not announced again.
         self._heard: set[str] = set()
+        self._seen_calls: OrderedDict[str, float] = OrderedDict()
         self._loops: list[asyncio.Task[None]] = []
         self.routed_out = 0
         self.routed_in = 0
@@ -93,13 +102,14 @@ class ClusterNode:
     @contextlib.asynccontextmanager
     async def running(self) -> AsyncIterator[None]:
         # The newest key signs; every key verifies (the same rotation as task tokens).
-        self._signer = URLSafeTimedSerializer(
-            list(reversed(self._keys())), salt="gateway.cluster.routed-call"
-        )
+        keys = list(reversed(self._keys()))
+        self._signers = {
+            purpose: URLSafeTimedSerializer(keys, salt=f"gateway.cluster.{purpose}")
+            for purpose in ("call", "reply", "message")
+        }
         self._bus = await self._connect_bus()
         try:
-            await self.ledger.join()
-            self._ends_seen = await self.ledger.now()
+            await self._tell_freed(await self.ledger.join())
             await self._bus.subscribe(CALLS.format(node=self.node_id), self._serve_call)
             await self._bus.subscribe(OWNER, self._heard_owner)
             await self._bus.subscribe(ENDED, self._heard_end)
@@ -115,10 +125,9 @@ class ClusterNode:
                 loop.cancel()
             await asyncio.gather(*self._loops, return_exceptions=True)
             with contextlib.suppress(GatewayError):
-                freed = await self.ledger.leave()
-                for task_id in freed:
-                    await self._tell_owner(task_id, None)
+                await self._tell_freed(await self.ledger.leave())
             await self._bus.close()
+            await self.ledger.close()
 
     @property
     def bus(self) -> Bus:
@@ -144,11 +153,20 @@ class ClusterNode:
             "epoch": owner.epoch if owner else None,
         }
 
-    @property
-    def _envelopes(self) -> URLSafeTimedSerializer:
-        if self._signer is None:
+    # -- signing --------------------------------------------------------------------------
+
+    def _sign(self, purpose: str, value: Any) -> bytes:
+        if not self._signers:
             raise RuntimeError("the cluster node is not started")
-        return self._signer
+        return self._signers[purpose].dumps(value).encode()
+
+    def _verify(self, purpose: str, data: bytes, max_age_s: float) -> Any:
+        """The signed value, or None when the signature, purpose or age is wrong."""
+        try:
+            return self._signers[purpose].loads(data.decode(), max_age=math.ceil(max_age_s))
+        except (BadSignature, UnicodeDecodeError, KeyError):
+            log.warning("cluster: ignored a %s message with a bad signature", purpose)
+            return None
 
     # -- the Placement port ---------------------------------------------------------------
 
@@ -164,13 +182,26 @@ class ClusterNode:
         timeout_s: float,
     ) -> ToolResult | None:
         task_id = identity.task_id
+        policy = identity.approvals
+        # The owner may wait for a person too, which the tool's deadline does not count.
+        wait_s = timeout_s + ROUTE_MARGIN_S
+        if policy.required or policy.grantable:
+            wait_s += policy.timeout_s
         for _ in range(2):  # a stale belief about the owner costs one more try
             node = await self._route(task_id)
             if node is None:
                 return None
-            answer = await self._forward(
-                node, task_id, tool_name, args, door, idempotency_key, call_id, timeout_s
-            )
+            call = {
+                "to": node,
+                "task_id": task_id,
+                "tool": tool_name,
+                "input": args,
+                "door": door.value,
+                "key": idempotency_key,
+                "call_id": call_id,
+                "wait_s": wait_s,
+            }
+            answer = await self._forward(node, call, wait_s)
             if answer is not None:
                 return answer
             self._others.pop(task_id, None)
@@ -192,14 +223,16 @@ class ClusterNode:
         if idempotency_key is not None:
             intent = await self.ledger.intent(task_id, tool_name, idempotency_key)
             if intent is not None and (intent.node_id, intent.epoch) != (self.node_id, epoch):
-                raise ToolFailure(
-                    ToolStatus.FAILED,
-                    ErrorCode.IN_DOUBT,
-                    f"a call with idempotency key {idempotency_key!r:.80} started on node "
-                    f"{intent.node_id}, which stopped before recording its outcome; it may "
-                    "or may not have taken effect, and it is not run again",
-                    details={"call_id": intent.call_id, "node_id": intent.node_id},
-                )
+                found, code = await self.ledger.outcome(intent.call_id)
+                if not found or code == ErrorCode.IN_DOUBT:
+                    raise ToolFailure(
+                        ToolStatus.FAILED,
+                        ErrorCode.IN_DOUBT,
+                        f"a call with idempotency key {idempotency_key!r:.80} started on node "
+                        f"{intent.node_id}, which lost the task before recording its outcome; "
+                        "it may or may not have taken effect, and it is not run again",
+                        details={"call_id": intent.call_id, "node_id": intent.node_id},
+                    )
         intent_row = (tool_name, idempotency_key, call_id) if idempotency_key is not None else None
         if await self.ledger.fence(task_id, epoch, intent_row):
             return epoch
@@ -225,13 +258,12 @@ class ClusterNode:
 
     async def take(self, task_id: str) -> None:
         owner = await self.ledger.claim(task_id, take_over=True)
-        if owner.node_id != self.node_id:
+        if owner.revoked or owner.node_id != self.node_id:
             return  # ended: the tab's own checks refuse it
         if self._mine.get(task_id) != owner.epoch:
-            self._own(task_id, owner)
-            await self._tell_owner(task_id, owner)
+            await self._own(task_id, owner)
 
-    # -- routing ------------------------------------------------------------------------
+    # -- routing --------------------------------------------------------------------------
 
     async def _route(self, task_id: str) -> str | None:
         """The node to send the task's call to, or None to run it here."""
@@ -243,53 +275,30 @@ class ClusterNode:
         else:
             found = await self.ledger.owner(task_id)
             owner = found if found is not None else Owner(None, 0, False)
-        if owner.node_id is None and not owner.revoked:
-            owner = await self.ledger.claim(task_id, take_over=False)
+        if owner.revoked:
+            await self._ended_elsewhere(task_id, time.time(), "ended")
+            raise ToolFailure(ToolStatus.DENIED, ErrorCode.REVOKED, "the task has ended")
+        if owner.node_id is None or owner.node_id == self.node_id:
+            # Nobody holds it; or the ledger names this node, which does not hold it (it
+            # restarted, or let go): claim it, under a new epoch.
+            owner = await self.ledger.claim(task_id, take_over=owner.node_id is not None)
+            if owner.revoked:
+                raise ToolFailure(ToolStatus.DENIED, ErrorCode.REVOKED, "the task has ended")
             if owner.node_id == self.node_id:
-                self._own(task_id, owner)
-                await self._tell_owner(task_id, owner)
+                await self._own(task_id, owner)
                 return None
-        if owner.node_id is None or owner.revoked:
-            return None  # ended: the call is refused here, as anywhere
-        if owner.node_id == self.node_id:
-            # The ledger says so but this process does not hold it (it restarted, or let
-            # go): claim it anew, under a new epoch.
-            owner = await self.ledger.claim(task_id, take_over=True)
-            if owner.node_id == self.node_id:
-                self._own(task_id, owner)
-                await self._tell_owner(task_id, owner)
-            return None
+        assert owner.node_id is not None
         self._others[task_id] = (owner, time.monotonic())
         return owner.node_id
 
-    async def _forward(
-        self,
-        node: str,
-        task_id: str,
-        tool_name: str,
-        args: Any,
-        door: Door,
-        idempotency_key: str | None,
-        call_id: str,
-        timeout_s: float,
-    ) -> ToolResult | None:
-        envelope = self._envelopes.dumps(
-            {
-                "task_id": task_id,
-                "tool": tool_name,
-                "input": args,
-                "door": door.value,
-                "key": idempotency_key,
-                "call_id": call_id,
-            }
-        )
+    async def _forward(self, node: str, call: dict[str, Any], wait_s: float) -> ToolResult | None:
         self.routed_out += 1
         try:
             reply = await self.bus.request(
-                CALLS.format(node=node), envelope.encode(), timeout_s + ROUTE_MARGIN_S
+                CALLS.format(node=node), self._sign("call", call), wait_s
             )
         except NoResponder:
-            self._others.pop(task_id, None)
+            self._others.pop(call["task_id"], None)
             raise ToolFailure(
                 ToolStatus.UNAVAILABLE,
                 ErrorCode.UNAVAILABLE,
@@ -299,12 +308,17 @@ class ClusterNode:
                 details={"retry_after_s": math.ceil(self.beat_s * (MISSED_BEATS + 1))},
             ) from None
         except BusTimeout:
+            keyed = call["key"] is not None
             raise ToolFailure(
                 ToolStatus.TIMEOUT,
                 ErrorCode.TIMEOUT,
                 f"the gateway node that holds this task ({node}) did not answer in time; "
-                "with an idempotency key, a retry says whether the call took effect",
-                retryable=True,
+                + (
+                    "a retry with the same idempotency key says whether the call took effect"
+                    if keyed
+                    else "the call may still take effect there"
+                ),
+                retryable=keyed,
             ) from None
         except BusError as exc:
             raise ToolFailure(
@@ -314,21 +328,45 @@ class ClusterNode:
                 retryable=True,
                 details={"retry_after_s": 1},
             ) from None
-        answer = json.loads(reply)
+        answer = self._verify("reply", reply, wait_s + ROUTE_MARGIN_S)
+        if answer is None or answer.get("call_id") != call["call_id"]:
+            raise ToolFailure(
+                ToolStatus.UNAVAILABLE,
+                ErrorCode.UNAVAILABLE,
+                f"the answer from node {node} could not be verified (do the nodes share "
+                "their keys?)",
+                retryable=True,
+                details={"retry_after_s": 1},
+            )
+        if answer.get("refused"):
+            raise ToolFailure(
+                ToolStatus.UNAVAILABLE,
+                ErrorCode.UNAVAILABLE,
+                f"node {node} refused the call: {answer['refused']}",
+                retryable=True,
+                details={"retry_after_s": 1},
+            )
         if answer.get("not_owner"):
             return None
         return ToolResult.model_validate(answer["result"])
 
     async def _serve_call(self, data: bytes) -> bytes:
-        try:
-            call = self._envelopes.loads(data.decode(), max_age=ENVELOPE_MAX_AGE_S)
-        except (BadSignature, UnicodeDecodeError):
-            log.warning("cluster: refused a routed call with a bad signature")
-            return json.dumps({"not_owner": True}).encode()
+        call = self._verify_call(data)
+        if call is None:
+            return self._sign("reply", {"call_id": None, "refused": "a bad or stale envelope"})
+        call_id = call["call_id"]
+        if call.get("to") != self.node_id:
+            return self._sign("reply", {"call_id": call_id, "refused": "sent to another node"})
+        if call_id in self._seen_calls:
+            return self._sign("reply", {"call_id": call_id, "refused": "already run here"})
         task_id = call["task_id"]
-        record = await self.tasks.record(task_id)
+        try:
+            record = await self.tasks.record(task_id)
+        except GatewayError as exc:
+            return self._sign("reply", {"call_id": call_id, "refused": exc.message})
         if task_id not in self._mine or record is None:
-            return json.dumps({"not_owner": True}).encode()
+            return self._sign("reply", {"call_id": call_id, "not_owner": True})
+        self._remember(call_id)
         self.routed_in += 1
         result = await self.pipeline.call(
             record.identity,
@@ -336,14 +374,39 @@ class ClusterNode:
             call["input"],
             door=Door(call["door"]),
             idempotency_key=call["key"],
-            call_id=call["call_id"],
+            call_id=call_id,
             routed=True,
         )
-        return json.dumps({"result": result.model_dump(mode="json")}).encode()
+        return self._sign("reply", {"call_id": call_id, "result": result.model_dump(mode="json")})
+
+    def _verify_call(self, data: bytes) -> dict[str, Any] | None:
+        """A routed call's envelope: signed by a node of this cluster, and sent no longer
+        ago than its own wait (a replay later runs nothing)."""
+        try:
+            call, signed_at = self._signers["call"].loads(
+                data.decode(), max_age=ENVELOPE_MAX_AGE_S, return_timestamp=True
+            )
+        except (BadSignature, UnicodeDecodeError, KeyError):
+            log.warning("cluster: refused a routed call with a bad signature")
+            return None
+        # The signature's time has whole seconds: one more is allowed for it.
+        if time.time() - signed_at.timestamp() > float(call["wait_s"]) + 1:
+            log.warning("cluster: refused a routed call sent too long ago")
+            return None
+        verified: dict[str, Any] = call
+        return verified
+
+    def _remember(self, call_id: str) -> None:
+        self._seen_calls[call_id] = time.monotonic()
+        while len(self._seen_calls) > SEEN_CALLS:
+            self._seen_calls.popitem(last=False)
 
     # -- owners ---------------------------------------------------------------------------
 
-    def _own(self, task_id: str, owner: Owner) -> None:
+    async def _own(self, task_id: str, owner: Owner) -> None:
+        if self._newest.get(task_id, 0) > owner.epoch:
+            return  # a newer owner was heard of meanwhile: this claim is already past
+        self._note_epoch(task_id, owner.epoch)
         self._mine[task_id] = owner.epoch
         self._others.pop(task_id, None)
         if owner.browser_lost:
@@ -351,11 +414,20 @@ class ClusterNode:
                 "the task's browser context was on another gateway node, which no longer "
                 "holds the task; it is lost, and the next call gets a new one"
             )
+        await self._tell_owner(task_id, self.node_id, owner.epoch)
+
+    def _note_epoch(self, task_id: str, epoch: int) -> None:
+        if epoch > self._newest.get(task_id, 0):
+            self._newest[task_id] = epoch
+            self._newest.move_to_end(task_id)
+            while len(self._newest) > SEEN_CALLS:
+                self._newest.popitem(last=False)
 
     async def _lose(self, task_id: str) -> None:
         if self._mine.pop(task_id, None) is None:
             return
         await self.pipeline.forget(task_id, "moved")
+        await self.pipeline.release(task_id)
         results = await asyncio.gather(
             *(listener(task_id) for listener in self._release), return_exceptions=True
         )
@@ -363,26 +435,25 @@ class ClusterNode:
             if isinstance(result, BaseException):
                 log.error("cluster: letting go of %s failed: %r", task_id, result)
 
-    async def _tell_owner(self, task_id: str, owner: Owner | None) -> None:
-        message = {
-            "task_id": task_id,
-            "node_id": owner.node_id if owner else None,
-            "epoch": owner.epoch if owner else None,
-        }
+    async def _tell_owner(self, task_id: str, node: str | None, epoch: int) -> None:
+        message = {"task_id": task_id, "node_id": node, "epoch": epoch}
         with contextlib.suppress(BusError):
-            await self.bus.publish(OWNER, json.dumps(message).encode())
+            await self.bus.publish(OWNER, self._sign("message", message))
 
     async def _heard_owner(self, data: bytes) -> None:
-        message = json.loads(data)
-        task_id, node = message["task_id"], message["node_id"]
+        message = self._verify("message", data, ENVELOPE_MAX_AGE_S)
+        if message is None:
+            return None
+        task_id, node, epoch = message["task_id"], message["node_id"], int(message["epoch"])
         if node == self.node_id:
-            return
+            return None
+        self._note_epoch(task_id, epoch)
         if node is not None:
-            self._others[task_id] = (Owner(node, int(message["epoch"]), False), time.monotonic())
+            self._others[task_id] = (Owner(node, epoch, False), time.monotonic())
         else:
             self._others.pop(task_id, None)
         mine = self._mine.get(task_id)
-        if mine is not None and (message["epoch"] is None or message["epoch"] > mine):
+        if mine is not None and epoch > mine:
             await self._lose(task_id)
         return None
 
@@ -399,15 +470,21 @@ class ClusterNode:
     async def _beat(self) -> None:
         if not await self.ledger.beat():
             # Declared dead while it could not beat (paused, cut off): what it held was
-            # given to others. Let go of all of it and join again, as a new incarnation.
+            # given to others. Join again first, as a new incarnation (a tab that comes
+            # back meanwhile is taken under it), then let go of what it held before.
             log.warning("cluster: this node was declared dead; joining again")
-            for task_id in list(self._mine):
-                await self._lose(task_id)
-            await self.ledger.rejoin()
-        for node, freed in (await self.ledger.reap(self.beat_s * MISSED_BEATS)).items():
-            log.warning("cluster: node %s missed its beats; %d tasks freed", node, len(freed))
-            for task_id in freed:
-                await self._tell_owner(task_id, None)
+            held = dict(self._mine)
+            await self._tell_freed(await self.ledger.rejoin())
+            for task_id, epoch in held.items():
+                if self._mine.get(task_id) == epoch:
+                    await self._lose(task_id)
+        for node, tasks in (await self.ledger.reap(self.beat_s * MISSED_BEATS)).items():
+            log.warning("cluster: node %s missed its beats; %d tasks freed", node, len(tasks))
+            await self._tell_freed(tasks)
+
+    async def _tell_freed(self, freed: list[Freed]) -> None:
+        for task in freed:
+            await self._tell_owner(task.task_id, None, task.epoch)
 
     # -- task ends ------------------------------------------------------------------------
 
@@ -418,11 +495,12 @@ class ClusterNode:
             return
         message = {"task_id": task_id, "reason": reason, "at": time.time()}
         with contextlib.suppress(BusError):
-            await self.bus.publish(ENDED, json.dumps(message).encode())
+            await self.bus.publish(ENDED, self._sign("message", message))
 
     async def _heard_end(self, data: bytes) -> None:
-        message = json.loads(data)
-        await self._ended_elsewhere(message["task_id"], message["at"], message["reason"])
+        message = self._verify("message", data, ENVELOPE_MAX_AGE_S)
+        if message is not None:
+            await self._ended_elsewhere(message["task_id"], message["at"], message["reason"])
         return None
 
     async def _ended_elsewhere(self, task_id: str, at: float, reason: str) -> None:
@@ -436,8 +514,8 @@ class ClusterNode:
         while True:
             await asyncio.sleep(POLL_ENDS_S)
             try:
-                for ended in await self.ledger.ended_since(self._ends_seen - ENDS_LOOKBACK_S):
-                    self._ends_seen = max(self._ends_seen, ended.revoked_at)
+                since = await self.ledger.now() - ENDS_LOOKBACK_S
+                for ended in await self.ledger.ended_since(since):
                     await self._ended_elsewhere(ended.task_id, ended.revoked_at, ended.reason)
             except GatewayError as exc:
                 log.warning("cluster: reading task ends failed: %s", exc)

@@ -262,13 +262,22 @@ async def test_a_frozen_owner_wakes_to_find_its_epoch_gone(
         await asyncio.wait_for(_until(lambda: back_elsewhere(tab)), 30)
         answer = await bridge_client(two.url, task).call("ui.read_view", {})
         assert answer.status == "succeeded", answer
+        after = await bridge_client(two.url, task).call(
+            "workspace.write", {"path": "after.txt", "contents": "x"}, request_id="after"
+        )
+        assert after.status == "succeeded", after
 
+    # What the frozen node did on waking: none of the calls made while it slept wrote a
+    # file there (each was fenced out before its tool ran).
+    frozen_files = [p.name for p in one.data_dir.rglob("*") if p.parent.name == "f"]
+    assert frozen_files == []
     written = [
         c
         for c in calls_of(control, task)
         if c["tool"] == "workspace.write" and c["status"] == "succeeded" and not c["replayed"]
     ]
-    # A write made while node 1 was frozen is accepted only under a newer epoch.
+    # Writes are accepted only under a newer epoch, and there is one at least.
+    assert written, "no write was accepted after the failover"
     assert all(record["owner"]["epoch"] > frozen_epoch for record in written), written
 
 

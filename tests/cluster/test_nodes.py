@@ -6,15 +6,18 @@ call died with its node is `in_doubt`, never run again."""
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from itsdangerous import URLSafeTimedSerializer
 from pydantic import BaseModel
 from sqlalchemy import func, select
 
+from gateway.cluster import node as node_module
 from gateway.cluster.extension import install as join_cluster
 from gateway.cluster.node import ClusterNode
 from gateway.errors import InvalidInput, TokenRevoked
@@ -257,7 +260,11 @@ async def test_a_side_effect_of_an_old_epoch_is_not_accepted(nodes: Nodes) -> No
     late = await call
     assert late.status is ToolStatus.UNAVAILABLE
     assert late.error is not None and late.error.code == ErrorCode.IN_DOUBT
-    assert await evidence_count(a, identity.task_id) == 0  # not accepted
+    # Not accepted as the call's result: kept as in doubt, under no idempotency key.
+    [record] = await a.store.evidence_for(identity.org_id, identity.task_id)
+    assert record["status"] == "unavailable" and record["error"]["code"] == "in_doubt"
+    assert record["owner"] == {"node_id": "node-a", "epoch": 1, "lost": True}
+    assert await a.store.idempotent_result(identity.task_id, "test.slow_write", "order-1") is None
 
     retry = await b.pipeline.call(
         identity, "test.slow_write", {}, door=Door.MCP, idempotency_key="order-1"
@@ -292,16 +299,111 @@ async def test_a_dead_owner_is_answered_at_once_then_its_task_is_freed(nodes: No
     assert nodes.ran.by[-1] == "node-b"
 
 
-async def test_a_bad_signature_on_a_routed_call_runs_nothing(nodes: Nodes) -> None:
+async def test_routed_calls_that_are_forged_misdirected_or_replayed_run_nothing(
+    nodes: Nodes, shared: dict[str, Any]
+) -> None:
     a = await nodes.start("node-a")
     identity, _ = await new_task(a)
     await node_of(a).take(identity.task_id)
-    forged = b'{"task_id": "' + identity.task_id.encode() + b'", "tool": "test.write", "input": {}}'
+    call: dict[str, Any] = {
+        "to": "node-a",
+        "task_id": identity.task_id,
+        "tool": "test.write",
+        "input": {},
+        "door": "mcp",
+        "key": None,
+        "call_id": "call_forged1",
+        "wait_s": 30,
+    }
 
-    reply = await node_of(a).bus.request("gw.call.node-a", forged, 5)
+    def signed(value: dict[str, Any], key: str) -> bytes:
+        return URLSafeTimedSerializer([key], salt="gateway.cluster.call").dumps(value).encode()
 
-    assert b"not_owner" in reply
+    async def send(data: bytes) -> dict[str, Any]:
+        reply = await node_of(a).bus.request("gw.call.node-a", data, 10)
+        key = shared["secret_keys"][0]
+        answer: dict[str, Any] = URLSafeTimedSerializer([key], salt="gateway.cluster.reply").loads(
+            reply.decode()
+        )
+        return answer
+
+    # Signed with a key that is not the cluster's, or not signed at all.
+    assert "refused" in await send(signed(call, new_key()))
+    assert "refused" in await send(json.dumps(call).encode())
+    # Signed right, but for another node.
+    assert "refused" in await send(signed({**call, "to": "node-b"}, shared["secret_keys"][0]))
     assert nodes.ran.by == []
+    # The one genuine envelope runs once; the same envelope again runs nothing.
+    genuine = signed(call, shared["secret_keys"][0])
+    assert (await send(genuine))["result"]["status"] == "succeeded"
+    assert "refused" in await send(genuine)
+    assert nodes.ran.by == ["node-a"]
+
+
+async def test_a_routed_call_whose_answer_comes_late_is_not_run_twice(
+    nodes: Nodes, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    a = await nodes.start("node-a")
+    b = await nodes.start("node-b")
+    identity, _ = await new_task(a)
+    await node_of(a).take(identity.task_id)
+    # Node b stops waiting for node a's answer before node a is done.
+    monkeypatch.setattr(node_module, "ROUTE_MARGIN_S", -29.8)
+    call = asyncio.create_task(
+        b.pipeline.call(identity, "test.slow_write", {}, door=Door.MCP, idempotency_key="k-1")
+    )
+    await nodes.ran.entered.wait()
+    first = await call
+    assert first.status is ToolStatus.TIMEOUT and first.error is not None
+    assert first.error.retryable  # keyed: a retry says whether it took effect
+    nodes.ran.gate.set()
+
+    # The owner's record and key are stored; node b's own record is under an id of its own.
+    async def stored() -> bool:
+        done = await a.store.idempotent_result(identity.task_id, "test.slow_write", "k-1")
+        return done is not None
+
+    await wait_for_async(stored)
+    monkeypatch.setattr(node_module, "ROUTE_MARGIN_S", 5.0)
+    retry = await b.pipeline.call(
+        identity, "test.slow_write", {}, door=Door.MCP, idempotency_key="k-1"
+    )
+    assert retry.status is ToolStatus.SUCCEEDED and retry.replayed
+    assert nodes.ran.by == ["node-a"]
+    records = await a.store.evidence_for(identity.org_id, identity.task_id)
+    assert sorted((r["status"], bool(r.get("routed"))) for r in records) == [
+        ("succeeded", False),
+        ("succeeded", False),
+        ("timeout", True),
+    ]
+
+
+async def test_a_freed_message_does_not_drop_a_newer_claim(nodes: Nodes) -> None:
+    a = await nodes.start("node-a")
+    identity, _ = await new_task(a)
+    await node_of(a).take(identity.task_id)
+    epoch = node_of(a).owned()[identity.task_id]
+    # A late "freed" message about an older epoch, as from a reaper that ran before.
+    await node_of(a)._heard_owner(
+        node_of(a)._sign(
+            "message", {"task_id": identity.task_id, "node_id": None, "epoch": epoch - 1}
+        )
+    )
+    assert node_of(a).owned() == {identity.task_id: epoch}
+    # An unsigned one about a newer epoch is ignored altogether.
+    forged = {"task_id": identity.task_id, "node_id": "node-x", "epoch": epoch + 5}
+    await node_of(a)._heard_owner(json.dumps(forged).encode())
+    assert node_of(a).owned() == {identity.task_id: epoch}
+
+
+async def test_an_unsigned_end_message_ends_nothing(nodes: Nodes) -> None:
+    a = await nodes.start("node-a")
+    identity, tokens = await new_task(a)
+    await a.tasks.authenticate(tokens["agent"], Purpose.AGENT)
+    message = {"task_id": identity.task_id, "reason": "forged", "at": time.time()}
+    await node_of(a).bus.publish("gw.ended", json.dumps(message).encode())
+    await asyncio.sleep(1.2)  # past two reads of the ends, which find none
+    assert (await a.tasks.authenticate(tokens["agent"], Purpose.AGENT)).task_id
 
 
 async def wait_for(condition: Any, timeout_s: float = 10.0) -> None:
