@@ -9,7 +9,9 @@
   and nobody else's loopback ports. The mount namespace holds the system's programs and
   libraries read-only (`/usr` and its links), the few `/etc` files a program needs to
   start, any runtime the repository's registration names (read-only), the checkout at
-  `/app` (read-only), the data folder at `/data` (writable), a fresh `/tmp`, `/proc` of
+  `/app` (read-only), the data folder at `/data` (writable), a `/tmp` of its own (a
+  tmpfs of a fixed size, or where this bubblewrap cannot size one, a folder of the
+  sandbox's on disk, counted with its data), `/proc` of
   its own PID namespace and a minimal `/dev`. Nothing else of the host: not the gateway's
   data folder, its keys, other sandboxes, or the user's home. The environment is cleared
   and only the listed variables are set. `--die-with-parent` ends the sandbox if the
@@ -23,8 +25,10 @@ systemd's socket activation hand it); its standard output and error go to a log 
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
+import subprocess
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -71,6 +75,28 @@ class JailPlan:
     read_only: Sequence[str] = ()  # host paths visible read-only at the same place
     hostname: str = "sandbox"
     info_fd: int | None = None  # where bwrap reports the pid of the sandbox's init
+    # /tmp: a tmpfs of `tmp_size` bytes, or, when `tmp` is given, that host folder bound.
+    tmp_size: int | None = None
+    tmp: Path | None = None
+
+
+@functools.cache
+def tmpfs_size_supported() -> bool:
+    """Whether this bubblewrap can size a tmpfs (`--size`: older ones cannot).
+
+    A tmpfs without a size may take half the machine's memory, and the address-space
+    limit does not count it: without `--size`, /tmp is a folder on disk instead.
+    """
+    bwrap = find_bwrap()
+    if bwrap is None:
+        return False
+    try:
+        done = subprocess.run(
+            [bwrap, "--help"], capture_output=True, timeout=10, check=False, env={}
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return b"--size" in done.stdout + done.stderr
 
 
 def limit_args(limits: Limits) -> list[str]:
@@ -130,8 +156,17 @@ def command_line(plan: JailPlan) -> list[str]:
                 made.add(str(parent))
                 argv += ["--perms", "0755", "--dir", str(parent)]
         argv += ["--ro-bind", path, path]
-    # The sandbox's own /tmp: a fresh tmpfs, nothing of the host's.
-    argv += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--dir", "/run"]  # noqa: S108
+    argv += ["--proc", "/proc", "--dev", "/dev"]
+    # The sandbox's own /tmp, nothing of the host's: a tmpfs of a fixed size (the memory it
+    # takes is counted by no resource limit), or the sandbox's own folder on disk.
+    if plan.tmp is not None:
+        argv += ["--bind", str(plan.tmp), "/tmp"]  # noqa: S108
+    else:
+        if plan.tmp_size is not None:
+            # With a size bubblewrap makes the tmpfs 0755 (root's) unless told otherwise.
+            argv += ["--perms", "01777", "--size", str(plan.tmp_size)]
+        argv += ["--tmpfs", "/tmp"]  # noqa: S108
+    argv += ["--dir", "/run"]
     argv += ["--ro-bind", str(plan.checkout), APP_DIR, "--bind", str(plan.data), DATA_DIR]
     argv += ["--chdir", APP_DIR]
     for name, value in sorted(plan.env.items()):

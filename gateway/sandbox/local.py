@@ -15,9 +15,12 @@ For one task it:
 
 While the task lives, a watcher waits on the jail: when the app exits, it is started once
 more (same checkout, same data, same socket, so the origin does not change); when it exits
-again it stays down. Teardown kills the jail's PID namespace (every process in it goes with
-its init), then any process of the sandbox's user, counts what is left from /proc, keeps
-the data folder as a gzipped tar when asked, and removes the folder.
+again it stays down. A meter sums the data folder (and /tmp when it is on disk) every
+second: past its budget the app is stopped and stays down. Teardown kills the jail's PID
+namespace (every process in it goes with its init), then any process of the sandbox's
+user, counts what is left from /proc, keeps the data folder as a gzipped tar when asked
+(and nothing of it is left running), and removes the folder. At start, and before a slot's
+uid is used again, any process of the sandboxes' uids is killed.
 
 It runs as root only: giving each sandbox a user of its own, and the namespaces without
 a user namespace, need it.
@@ -27,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import io
 import json
 import logging
@@ -35,24 +39,34 @@ import secrets
 import shutil
 import signal
 import socket
+import stat
 import sys
 import tarfile
 import time
-from collections.abc import Mapping
+from collections.abc import Generator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar, cast
 from urllib.parse import urlsplit
 
 from . import manifest
-from .bubblewrap import APP_DIR, DATA_DIR, LISTEN_FD, JailPlan, command_line, find_tools
+from .bubblewrap import (
+    APP_DIR,
+    DATA_DIR,
+    LISTEN_FD,
+    JailPlan,
+    command_line,
+    find_tools,
+    tmpfs_size_supported,
+)
 from .cgroup import CgroupParent
-from .checkout import extract, resolve_commit
+from .checkout import MAX_CHECKOUT_BYTES, MAX_CHECKOUT_FILES, extract, resolve_commit
 from .errors import SandboxError, SandboxRefused, Unhealthy
 from .provider import Binding, Health, SandboxHandle, SandboxProvider, SandboxState, Teardown
 from .spec import Limits, Provision, Repository
 
 log = logging.getLogger(__name__)
 
+T = TypeVar("T")
 PYTHON = "{python}"
 PROBE_TIMEOUT_S = 2.0
 PROBE_INTERVAL_S = 0.05
@@ -60,6 +74,16 @@ KILL_WAIT_S = 5.0
 INFO_TIMEOUT_S = 10.0
 LOG_TAIL_BYTES = 2000
 PROC = Path("/proc")
+# What one sandbox may keep on disk, its data folder and (when it is a folder) /tmp
+# together, in allocated bytes; and how many entries, since each one costs an inode and
+# time to count. No resource limit bounds a folder's total (the file size limit is per
+# file), so the meter checks it every `DISK_CHECK_INTERVAL_S`: an app can overshoot by
+# what it writes in that time. No setting holds these yet; `LocalProvider` takes others.
+DATA_MAX_BYTES = 512 * 1024 * 1024
+DATA_MAX_ENTRIES = 100_000
+DISK_CHECK_INTERVAL_S = 1.0
+# The size of a tmpfs /tmp: its pages are memory no resource limit counts.
+TMP_MAX_BYTES = 64 * 1024 * 1024
 
 
 class LocalSandbox(SandboxHandle):
@@ -96,6 +120,10 @@ class LocalSandbox(SandboxHandle):
         self.pid_namespace: int | None = None
         self.cgroup: Path | None = None
         self.watcher: asyncio.Task[None] | None = None
+        self.meter: asyncio.Task[None] | None = None
+        # Set when the meter stopped the app (over its disk budget): why, for its record.
+        self.over_budget: dict[str, Any] | None = None
+        self.tmp_on_disk = False
 
     @property
     def checkout(self) -> Path:
@@ -104,6 +132,11 @@ class LocalSandbox(SandboxHandle):
     @property
     def data(self) -> Path:
         return self.folder / "data"
+
+    @property
+    def tmp(self) -> Path:
+        """The folder the app sees as its /tmp, where bubblewrap cannot size a tmpfs."""
+        return self.folder / "tmp"
 
     @property
     def socket_path(self) -> Path:
@@ -142,6 +175,12 @@ class LocalProvider(SandboxProvider):
         domain: str = "sandbox.internal",
         cgroup: CgroupParent | None = None,
         keep_data_max_bytes: int = 64 * 1024 * 1024,
+        checkout_max_bytes: int = MAX_CHECKOUT_BYTES,
+        checkout_max_files: int = MAX_CHECKOUT_FILES,
+        data_max_bytes: int = DATA_MAX_BYTES,
+        data_max_entries: int = DATA_MAX_ENTRIES,
+        tmp_max_bytes: int = TMP_MAX_BYTES,
+        disk_check_interval_s: float = DISK_CHECK_INTERVAL_S,
     ) -> None:
         super().__init__()
         self.root = root
@@ -151,6 +190,15 @@ class LocalProvider(SandboxProvider):
         self.domain = domain
         self.cgroup = cgroup
         self.keep_data_max_bytes = keep_data_max_bytes
+        self.checkout_max_bytes = checkout_max_bytes
+        self.checkout_max_files = checkout_max_files
+        self.data_max_bytes = data_max_bytes
+        self.data_max_entries = data_max_entries
+        self.tmp_max_bytes = tmp_max_bytes
+        self.disk_check_interval_s = disk_check_interval_s
+        # None: ask bubblewrap (tests set False to have /tmp on disk).
+        self.tmpfs_size: bool | None = None
+        self.max_live = max_live
         self._free_slots = list(range(max_live))
         self._live: dict[str, LocalSandbox] = {}
 
@@ -161,7 +209,14 @@ class LocalProvider(SandboxProvider):
 
     def _clear_root(self) -> None:
         # What a gateway that stopped without tearing down left: its jails died with it
-        # (`--die-with-parent`); their folders are removed here.
+        # (`--die-with-parent`), unless one was orphaned on its way (a jail's app runs as
+        # a sandbox uid, whoever its parent is now): any process of these uids is killed,
+        # and a uid one outlives is not handed out. Their folders are removed here.
+        left = reap_uids(range(self.uid_base, self.uid_base + self.max_live))
+        for uid in left:
+            log.error("a process of sandbox uid %d outlived SIGKILL; its slot stays unused", uid)
+            with contextlib.suppress(ValueError):
+                self._free_slots.remove(uid - self.uid_base)
         self.root.mkdir(parents=True, exist_ok=True)
         os.chmod(self.root, 0o700)
         for entry in self.root.iterdir():
@@ -213,7 +268,7 @@ class LocalProvider(SandboxProvider):
             raise SandboxError("every local sandbox slot is in use; retry when a task ends")
         # Before any work: a commit that is not there costs nothing more.
         await asyncio.to_thread(resolve_commit, Path(repository.path), spec.commit)
-        slot = self._free_slots.pop(0)
+        slot = await asyncio.to_thread(self._take_slot)
         sandbox_id = f"sbx-{secrets.token_hex(8)}"
         handle = LocalSandbox(
             sandbox_id=sandbox_id,
@@ -229,6 +284,7 @@ class LocalProvider(SandboxProvider):
         self._live[sandbox_id] = handle
         try:
             checkout = await asyncio.to_thread(self._prepare, handle)
+            handle.meter = asyncio.ensure_future(self._meter(handle))
             await self._start(handle)
             await self._until_healthy(handle)
         except BaseException:
@@ -254,13 +310,34 @@ class LocalProvider(SandboxProvider):
         handle.watcher = asyncio.ensure_future(self._watch(handle))
         return handle
 
+    def _take_slot(self) -> int:
+        """A free slot whose uid no process holds (one left of an earlier sandbox is
+        killed first; a slot one outlives is not used again)."""
+        while self._free_slots:
+            slot = self._free_slots.pop(0)
+            if not reap_uids([self.uid_base + slot]):
+                return slot
+            log.error("a process of sandbox uid %d outlived SIGKILL", self.uid_base + slot)
+        raise SandboxError("every local sandbox slot is in use; retry when a task ends")
+
     def _prepare(self, handle: LocalSandbox) -> Any:
         self.root.mkdir(parents=True, exist_ok=True)
         handle.folder.mkdir(mode=0o700)
         handle.checkout.mkdir()
-        checkout = extract(Path(handle.repository.path), handle.spec.commit, handle.checkout)
+        checkout = extract(
+            Path(handle.repository.path),
+            handle.spec.commit,
+            handle.checkout,
+            max_bytes=self.checkout_max_bytes,
+            max_files=self.checkout_max_files,
+        )
         handle.data.mkdir(mode=0o700)
         os.chown(handle.data, handle.uid, handle.uid)
+        sized = self.tmpfs_size if self.tmpfs_size is not None else tmpfs_size_supported()
+        if not sized:
+            handle.tmp.mkdir(mode=0o700)
+            os.chown(handle.tmp, handle.uid, handle.uid)
+            handle.tmp_on_disk = True
         listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         listener.bind(str(handle.socket_path))
         listener.listen(128)
@@ -270,7 +347,7 @@ class LocalProvider(SandboxProvider):
             **handle.spec.env,
             "PATH": "/usr/local/bin:/usr/bin:/bin",
             "HOME": DATA_DIR,
-            "TMPDIR": "/tmp",  # noqa: S108 - the sandbox's own tmpfs
+            "TMPDIR": "/tmp",  # noqa: S108 - the sandbox's own
             "LANG": "C.UTF-8",
             "SANDBOX_ID": handle.sandbox_id,
             "SANDBOX_COMMIT": checkout.commit,
@@ -307,23 +384,39 @@ class LocalProvider(SandboxProvider):
             command=handle.command,
             read_only=self._read_only(handle.repository),
             info_fd=info_write,
+            tmp_size=self.tmp_max_bytes,
+            tmp=handle.tmp if handle.tmp_on_disk else None,
         )
         argv = command_line(plan)
         if handle.cgroup is not None:
             argv = [*CgroupParent.enter_prefix(handle.cgroup), *argv]
+        # The previous jail's namespace (a restart) says nothing of this one.
+        handle.pid_namespace = None
         log_fd = os.open(handle.log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
         try:
-            handle.process = await asyncio.create_subprocess_exec(
-                *argv,
-                stdin=handle.listener.fileno(),
-                stdout=log_fd,
-                stderr=log_fd,
-                pass_fds=(info_write,),
-                env={"PATH": "/usr/local/bin:/usr/bin:/bin"},
-                # Not in the gateway's process group: a Ctrl-C is the gateway's to handle,
-                # which tears its sandboxes down in order.
-                start_new_session=True,
+            spawn = asyncio.ensure_future(
+                asyncio.create_subprocess_exec(
+                    *argv,
+                    stdin=handle.listener.fileno(),
+                    stdout=log_fd,
+                    stderr=log_fd,
+                    pass_fds=(info_write,),
+                    env={"PATH": "/usr/local/bin:/usr/bin:/bin"},
+                    # Not in the gateway's process group: a Ctrl-C is the gateway's to
+                    # handle, which tears its sandboxes down in order.
+                    start_new_session=True,
+                )
             )
+            # Cancelled here (a teardown cancelling the watcher mid-restart), the jail may
+            # already be forked: the handle must know it before the cancellation goes on,
+            # or nobody kills it. Its root-run start (bwrap, before setpriv) has no
+            # sandbox uid yet, so a sweep by uid could miss it.
+            try:
+                handle.process = await asyncio.shield(spawn)
+            except asyncio.CancelledError:
+                with contextlib.suppress(Exception):
+                    handle.process = await _settled(spawn)
+                raise
         finally:
             os.close(log_fd)
             os.close(info_write)
@@ -346,6 +439,11 @@ class LocalProvider(SandboxProvider):
         deadline = time.monotonic() + handle.repository.ready_timeout_s
         while True:
             process = handle.process
+            if handle.over_budget is not None:
+                raise Unhealthy(
+                    "the app was stopped: " + str(handle.over_budget["error"]),
+                    details={**handle.over_budget, "log": handle.log_tail()[-500:]},
+                )
             if process is not None and process.returncode is not None:
                 raise Unhealthy(
                     f"the app exited ({process.returncode}) before it was healthy",
@@ -401,6 +499,14 @@ class LocalProvider(SandboxProvider):
                 return
             await self._kill(handle)
             died = {"exit_code": code, "log": handle.log_tail()[-500:]}
+            if handle.over_budget is not None:
+                # Started again it would find the same data: it stays down.
+                self.changed(
+                    handle,
+                    SandboxState.DOWN,
+                    {**died, **handle.over_budget, "restarts": handle.restarts},
+                )
+                return
             if handle.restarts >= 1:
                 self.changed(handle, SandboxState.DOWN, {**died, "restarts": handle.restarts})
                 return
@@ -412,29 +518,91 @@ class LocalProvider(SandboxProvider):
             except SandboxError as exc:
                 await self._kill(handle)
                 self.changed(
-                    handle, SandboxState.DOWN, {"error": exc.message, "restarts": handle.restarts}
+                    handle,
+                    SandboxState.DOWN,
+                    {
+                        **(handle.over_budget or {}),
+                        "error": exc.message,
+                        "restarts": handle.restarts,
+                    },
                 )
                 return
             if handle.torn_down():
                 return
             self.changed(handle, SandboxState.HEALTHY, {"restarts": handle.restarts})
 
+    # -- the disk budget ------------------------------------------------------------------
+
+    def _disk_folders(self, handle: LocalSandbox) -> list[Path]:
+        return [handle.data, *([handle.tmp] if handle.tmp_on_disk else [])]
+
+    async def _meter(self, handle: LocalSandbox) -> None:
+        """Every `disk_check_interval_s`: the sandbox's files on disk against its budget;
+        past it, the app is stopped (the watcher then records it down, not restarted)."""
+        while not handle.torn_down():
+            await asyncio.sleep(self.disk_check_interval_s)
+            used, entries = await asyncio.to_thread(
+                disk_usage,
+                self._disk_folders(handle),
+                self.data_max_bytes,
+                self.data_max_entries,
+            )
+            if used <= self.data_max_bytes and entries <= self.data_max_entries:
+                continue
+            if handle.torn_down():
+                return
+            handle.over_budget = {
+                "limit": "data_bytes" if used > self.data_max_bytes else "data_entries",
+                "error": (
+                    f"its data on disk went over its budget ({self.data_max_bytes} bytes, "
+                    f"{self.data_max_entries} entries: counted at least {used} bytes, "
+                    f"{entries} entries)"
+                ),
+                "data_bytes": used,
+                "data_entries": entries,
+                "data_max_bytes": self.data_max_bytes,
+                "data_max_entries": self.data_max_entries,
+            }
+            log.warning("sandbox %s: %s", handle.sandbox_id, handle.over_budget["error"])
+            process = handle.process
+            if process is not None and process.returncode is None:
+                with contextlib.suppress(ProcessLookupError):
+                    process.kill()
+            return
+
     # -- teardown ---------------------------------------------------------------------------
 
     async def teardown(self, handle: SandboxHandle, *, keep_data: bool) -> Teardown:
         assert isinstance(handle, LocalSandbox)
         handle.state = SandboxState.TORN_DOWN
-        watcher, handle.watcher = handle.watcher, None
-        if watcher is not None and watcher is not asyncio.current_task():
-            watcher.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await watcher
+        await self._stop_tasks(handle)
         left = await self._kill(handle)
         data, note = None, None
-        if keep_data and handle.data.exists():
-            data, note = await asyncio.to_thread(_archive, handle.data, self.keep_data_max_bytes)
+        if keep_data and left:
+            # A process still there could swap what is archived (as root) for a link to a
+            # host file between a look and a read: nothing of the folder is read.
+            note = (
+                f"{left} processes of the sandbox outlived its teardown: its data folder was "
+                "not kept"
+            )
+        elif keep_data and handle.data.exists():
+            try:
+                data, note = await asyncio.to_thread(
+                    _archive, handle.data, self.keep_data_max_bytes
+                )
+            except (OSError, tarfile.TarError) as exc:  # the teardown goes on regardless
+                note = f"the data folder could not be archived: {exc}"
         await self._destroy(handle, left=left)
         return Teardown(processes_left=left, data=data, data_note=note)
+
+    async def _stop_tasks(self, handle: LocalSandbox) -> None:
+        current = asyncio.current_task()
+        for task in (handle.watcher, handle.meter):
+            if task is not None and task is not current:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await task
+        handle.watcher = handle.meter = None
 
     async def _kill(self, handle: LocalSandbox) -> int:
         """Kill every process of the sandbox; returns how many are still there after."""
@@ -462,6 +630,7 @@ class LocalProvider(SandboxProvider):
         """Remove what provisioning made; the slot is free again only when no process of
         its user is left."""
         if left is None:
+            await self._stop_tasks(handle)
             left = await self._kill(handle)
         if handle.listener is not None:
             handle.listener.close()
@@ -499,7 +668,16 @@ def host_unready() -> str | None:
 
 def sandbox_processes(uid: int, pid_namespace: int | None) -> list[int]:
     """Processes that belong to a sandbox: of its user, or in its PID namespace."""
-    found = []
+    return [pid for pid, uids in _processes(pid_namespace) if uids is None or uid in uids]
+
+
+def _processes(
+    pid_namespace: int | None = None, *, zombies: bool = True
+) -> list[tuple[int, set[int] | None]]:
+    """Every process with its uids (real, effective, saved, filesystem); None instead for
+    one in `pid_namespace`. Without `zombies`, dead ones its parent has not waited for
+    are left out (no signal ends them; only their parent can)."""
+    found: list[tuple[int, set[int] | None]] = []
     for entry in os.listdir(PROC):
         if not entry.isdigit():
             continue
@@ -507,17 +685,35 @@ def sandbox_processes(uid: int, pid_namespace: int | None) -> list[int]:
             if pid_namespace is not None and (
                 os.stat(PROC / entry / "ns" / "pid").st_ino == pid_namespace
             ):
-                found.append(int(entry))
+                found.append((int(entry), None))
                 continue
             status = (PROC / entry / "status").read_text()
         except OSError:
             continue
         for line in status.splitlines():
+            if line.startswith("State:") and not zombies and line.split()[1] == "Z":
+                break
             if line.startswith("Uid:"):
-                if int(line.split()[1]) == uid:
-                    found.append(int(entry))
+                found.append((int(entry), {int(u) for u in line.split()[1:]}))
                 break
     return found
+
+
+def reap_uids(uids: range | list[int]) -> list[int]:
+    """SIGKILL every process holding one of `uids`; the uids some live process still holds
+    after `KILL_WAIT_S` (a killed one its parent has not waited for yet runs nothing)."""
+    wanted = set(uids)
+    deadline = time.monotonic() + KILL_WAIT_S
+    while True:
+        held: set[int] = set()
+        for pid, mine in _processes(zombies=False):
+            if mine is not None and mine & wanted:
+                held |= mine & wanted
+                with contextlib.suppress(OSError):
+                    os.kill(pid, signal.SIGKILL)
+        if not held or time.monotonic() >= deadline:
+            return sorted(held)
+        time.sleep(0.02)
 
 
 async def _child_pid(fd: int) -> int:
@@ -553,19 +749,142 @@ async def _exit_code(process: asyncio.subprocess.Process) -> int | None:
     return None
 
 
+async def _settled(task: asyncio.Future[T]) -> T:
+    """`task`'s result, waited for through any cancellation of the caller (who re-raises
+    its own cancellation once it holds what it must clean up)."""
+    while True:
+        try:
+            return await asyncio.shield(task)
+        except asyncio.CancelledError:
+            if task.cancelled():
+                raise
+
+
+_READ_NOFOLLOW = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+_DIR_NOFOLLOW = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+def _fwalk(top: Path) -> Generator[tuple[str, list[str], list[str], int]]:
+    """`os.fwalk` that never follows a link (it compares what it opens with what it
+    looked at), typed as the generator it is: closed early, its descriptors are too."""
+    return cast(
+        Generator[tuple[str, list[str], list[str], int]], os.fwalk(top, follow_symlinks=False)
+    )
+
+
+def disk_usage(folders: list[Path], max_bytes: int, max_entries: int) -> tuple[int, int]:
+    """Allocated bytes and entries below `folders` (the app's own: never following a link,
+    each folder opened relative to its parent, so swapping one for a link mid-count leads
+    nowhere else). Stops counting once past either maximum."""
+    used = entries = 0
+    for top in folders:
+        try:
+            walk = _fwalk(top)
+            for _path, dirs, files, dir_fd in walk:
+                for name in [*dirs, *files]:
+                    entries += 1
+                    with contextlib.suppress(OSError):
+                        info = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+                        # Allocated blocks: what fills the disk (a sparse file's holes
+                        # do not, its st_size would count them).
+                        used += info.st_blocks * 512
+                if used > max_bytes or entries > max_entries:
+                    walk.close()
+                    return used, entries
+        except OSError:
+            continue
+    return used, entries
+
+
 def _archive(folder: Path, max_bytes: int) -> tuple[bytes | None, str | None]:
-    """The folder as a gzipped tar (links kept as links, never followed)."""
+    """The folder as a gzipped tar: links kept as links, never followed; only regular
+    files read, each opened with O_NOFOLLOW relative to its folder's descriptor (opened
+    so too), and what is read is what was looked at (the same inode)."""
+    members: list[tuple[str, str, os.stat_result, int]] = []  # (arcname, name, stat, dir fd)
     size = 0
-    for parent, _dirs, files in os.walk(folder):
-        for name in files:
-            with contextlib.suppress(OSError):
-                size += os.lstat(os.path.join(parent, name)).st_size
-    if size > max_bytes:
-        return None, f"the data folder holds {size} bytes, more than the {max_bytes} kept"
+    skipped: list[str] = []
     buffer = io.BytesIO()
-    with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
-        tar.add(folder, arcname="data")
-    return buffer.getvalue(), None
+    walk = _fwalk(folder)
+    try:
+        with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
+            for path, dirs, files, dir_fd in walk:
+                rel = os.path.relpath(path, folder)
+                base = "data" if rel == "." else f"data/{rel}"
+                if rel == ".":
+                    tar.addfile(_tarinfo("data", os.fstat(dir_fd)))
+                for name in [*dirs, *files]:
+                    try:
+                        info = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+                    except OSError:
+                        continue
+                    members.append((f"{base}/{name}", name, info, dir_fd))
+                    if stat.S_ISREG(info.st_mode):
+                        size += info.st_size
+                if size > max_bytes:
+                    return None, (
+                        f"the data folder holds more than {max_bytes} bytes, the most kept"
+                    )
+                for arcname, name, info, fd in members:
+                    if not _add(tar, arcname, name, info, fd):
+                        skipped.append(arcname)
+                members.clear()
+    finally:
+        walk.close()
+    note = None
+    if skipped:
+        note = f"entries that changed while archived were left out: {skipped[:20]}"
+    return buffer.getvalue(), note
 
 
-__all__ = ["APP_DIR", "LocalProvider", "LocalSandbox", "host_unready", "sandbox_processes"]
+def _tarinfo(arcname: str, info: os.stat_result) -> tarfile.TarInfo:
+    member = tarfile.TarInfo(arcname)
+    member.mode = stat.S_IMODE(info.st_mode)
+    member.mtime = int(info.st_mtime)
+    member.uid, member.gid = info.st_uid, info.st_gid
+    member.type = tarfile.DIRTYPE
+    return member
+
+
+def _add(tar: tarfile.TarFile, arcname: str, name: str, info: os.stat_result, dir_fd: int) -> bool:
+    """Add one entry of the folder; False when it is not what it was a moment ago."""
+    member = _tarinfo(arcname, info)
+    if stat.S_ISDIR(info.st_mode):
+        tar.addfile(member)
+        return True
+    if stat.S_ISLNK(info.st_mode):
+        # A link's own target, read as text: nothing it points to is opened.
+        member.type = tarfile.SYMTYPE
+        try:
+            member.linkname = os.readlink(name, dir_fd=dir_fd)
+        except OSError:
+            return False
+        tar.addfile(member)
+        return True
+    if not stat.S_ISREG(info.st_mode):
+        return True  # a fifo or socket the app made: nothing to keep, never opened
+    try:
+        fd = os.open(name, _READ_NOFOLLOW, dir_fd=dir_fd)
+    except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.ENOENT, errno.ENXIO):
+            return False  # swapped for a link, or gone
+        raise
+    with os.fdopen(fd, "rb") as fh:
+        now = os.fstat(fh.fileno())
+        if (now.st_dev, now.st_ino) != (info.st_dev, info.st_ino) or not stat.S_ISREG(now.st_mode):
+            return False
+        member.type = tarfile.REGTYPE
+        member.size = now.st_size
+        # Nothing of the sandbox runs any more (the caller checked): it cannot shrink.
+        tar.addfile(member, fh)
+    return True
+
+
+__all__ = [
+    "APP_DIR",
+    "LocalProvider",
+    "LocalSandbox",
+    "disk_usage",
+    "host_unready",
+    "reap_uids",
+    "sandbox_processes",
+]

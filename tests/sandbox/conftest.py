@@ -4,6 +4,7 @@ commits, and a gateway whose settings register it (real bubblewrap, real process
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 from collections.abc import AsyncIterator
@@ -15,7 +16,7 @@ import httpx
 import pytest
 import pytest_asyncio
 
-from gateway.sandbox.local import LocalSandbox
+from gateway.sandbox.local import LocalProvider, LocalSandbox
 from gateway.sandbox.service import Sandboxes
 from gateway.settings import Settings
 from gateway.testing import LiveGateway, live_gateway, test_settings
@@ -63,8 +64,20 @@ def app_repo(tmp_path_factory: pytest.TempPathFactory) -> AppRepo:
     return AppRepo(repo, v1, v2)
 
 
-def sandbox_settings(data_dir: Path, repo: AppRepo, **overrides: Any) -> Settings:
+# The uids this test process's gateways run sandboxes as: a gateway kills any process of
+# its uid range when it starts, so two test runs on one machine must not share one.
+UID_BASE = 1_900_000_000 + 64 * (os.getpid() % 100_000)
+
+
+def sandbox_settings(
+    data_dir: Path,
+    repo: AppRepo,
+    *,
+    repositories: dict[str, Any] | None = None,
+    **overrides: Any,
+) -> Settings:
     command = ["{python}", "app.py"]
+    overrides.setdefault("sandbox_uid_base", UID_BASE)
     return test_settings(
         data_dir,
         sandbox_repositories={
@@ -88,6 +101,7 @@ def sandbox_settings(data_dir: Path, repo: AppRepo, **overrides: Any) -> Setting
                 "health_path": "/nowhere",
                 "ready_timeout_s": 2,
             },
+            **(repositories or {}),
         },
         **overrides,
     )
@@ -119,6 +133,12 @@ async def provision(live: LiveGateway, commit: str, **provision: Any) -> dict[st
     body: dict[str, Any] = response.json()
     live.created.append(body["task_id"])
     return body
+
+
+def local_provider(live: LiveGateway) -> LocalProvider:
+    found = live.gateway.services.get(Sandboxes).providers.get("local")
+    assert isinstance(found, LocalProvider)
+    return found
 
 
 def handle(live: LiveGateway, task_id: str) -> LocalSandbox:

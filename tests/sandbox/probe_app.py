@@ -3,7 +3,7 @@
 Standard library only. It serves HTTP on the listening socket it is handed as standard
 input (`SANDBOX_LISTEN_FD`), and each path is one attempt whose outcome it reports as
 JSON: `/connect?port=`, `/resolve?name=`, `/write?path=`, `/read?path=`, `/list?path=`,
-`/fork?n=`, `/alloc?mb=`, `/bigfile?mb=`, `/spin`, `/exit`, `/env`, `/whoami`,
+`/fork?n=`, `/alloc?mb=`, `/bigfile?mb=`, `/fill?path=&mb=`, `/spin`, `/exit`, `/env`, `/whoami`,
 `/version`, `/healthz`. The tests commit this file into a throwaway repository.
 """
 
@@ -67,8 +67,12 @@ def alloc(mb: str) -> int:
 
 
 def bigfile(mb: str) -> str:
+    return fill(os.path.join(os.environ["SANDBOX_DATA"], "big"), mb)
+
+
+def fill(path: str, mb: str) -> str:
     chunk = b"x" * (1024 * 1024)
-    with open(os.path.join(os.environ["SANDBOX_DATA"], "big"), "wb") as fh:
+    with open(path, "wb") as fh:
         for _ in range(int(mb)):
             fh.write(chunk)
             fh.flush()
@@ -107,6 +111,8 @@ class Handler(BaseHTTPRequestHandler):
             body = attempt(lambda: alloc(q["mb"]))
         elif route == "/bigfile":
             body = attempt(lambda: bigfile(q["mb"]))
+        elif route == "/fill":
+            body = attempt(lambda: fill(q["path"], q["mb"]))
         elif route == "/spin":
             spin()
         elif route == "/exit":
