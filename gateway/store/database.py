@@ -43,7 +43,7 @@ from gateway.identity import TaskIdentity
 from gateway.private_files import private_dir, private_file
 from gateway.store import migrate, schema
 from gateway.store.objects import LocalObjects, ObjectMissing, ObjectReader, ObjectStore, Placement
-from gateway.store.writer import Guarded, Pending, Row, Writer, settle, sqlite_pragmas
+from gateway.store.writer import Guarded, Part, Pending, Row, Writer, settle, sqlite_pragmas
 
 
 @dataclass(frozen=True)
@@ -100,10 +100,10 @@ def sqlite_url(data_dir: Path) -> str:
 
 @dataclass
 class _Turn:
-    """The rows asked for in one turn of an event loop, committed together."""
+    """The rows asked for in one turn of an event loop, committed together: each caller's
+    rows with a future of its own, so a caller whose rows cannot be stored fails alone."""
 
-    rows: list[Row]
-    done: asyncio.Future[None]
+    parts: list[Part]
     loop: asyncio.AbstractEventLoop
 
 
@@ -200,27 +200,31 @@ class Store:
         return self._writer.expected_wait() if self._writer is not None else 0.0
 
     async def commit(self, rows: Sequence[tuple[Any, Mapping[str, Any]]]) -> None:
-        """Insert `(table, values)` rows in the next batch; return once it is committed."""
+        """Insert `(table, values)` rows in the next batch; return once it is committed.
+        Raises StorageError when these rows cannot be stored: the other callers of the
+        batch are stored and answered all the same."""
         if self._writer is None:
             raise StorageError("the store is not started")
         loop = asyncio.get_running_loop()
         turn = self._turn
+        mine: list[Row] = [(t, dict(v)) for t, v in rows]
         # The first commit of this turn of the loop: with the writer idle, straight in, with
         # no hop at all; the calls that follow in the same turn share a batch.
-        if (
-            turn is None
-            and self._inline_turn is not loop
-            and self._writer.commit_inline([(t, dict(v)) for t, v in rows])
-        ):
-            self._inline_turn = loop
-            loop.call_soon(self._end_inline_turn)
-            return
+        if turn is None and self._inline_turn is not loop:
+            outcome = self._writer.commit_inline([mine])
+            if outcome is not None:
+                self._inline_turn = loop
+                loop.call_soon(self._end_inline_turn)
+                if outcome[0] is not None:
+                    raise outcome[0]
+                return
         if turn is None or turn.loop is not loop:
             self._hand_over_turn()
-            turn = self._turn = _Turn([], loop.create_future(), loop)
+            turn = self._turn = _Turn([], loop)
             loop.call_soon(self._end_turn, turn)
-        turn.rows.extend((t, dict(v)) for t, v in rows)
-        await asyncio.shield(turn.done)
+        done: asyncio.Future[None] = loop.create_future()
+        turn.parts.append((mine, done))
+        await asyncio.shield(done)
 
     def _end_inline_turn(self) -> None:
         self._inline_turn = None
@@ -232,15 +236,12 @@ class Store:
             return  # handed over already, to keep the order of a later change
         self._turn = None
         assert self._writer is not None
-        try:
-            committed = self._writer.commit_inline(turn.rows)
-        except StorageError as exc:
-            settle(turn.done, exc)
-            return
-        if committed:
-            settle(turn.done, None)
-        else:
+        outcomes = self._writer.commit_inline([rows for rows, _done in turn.parts])
+        if outcomes is None:
             self._submit_turn(turn)
+            return
+        for (_rows, done), error in zip(turn.parts, outcomes, strict=True):
+            settle(done, error)
 
     def _hand_over_turn(self) -> None:
         # What the current turn asked for goes to the writer ahead of what comes next: the
@@ -253,9 +254,10 @@ class Store:
         try:
             if self._writer is None:
                 raise StorageError("the store is not started")
-            self._writer.submit(Pending(turn.rows, turn.done, turn.loop))
+            self._writer.submit(Pending(turn.parts, turn.loop))
         except StorageError as exc:
-            settle(turn.done, exc)
+            for _rows, done in turn.parts:
+                settle(done, exc)
 
     def enqueue(self, rows: Sequence[tuple[Any, Mapping[str, Any]]]) -> asyncio.Future[None]:
         """Queue `rows` for the next batch now; the future settles once they are committed.
@@ -266,7 +268,7 @@ class Store:
         self._hand_over_turn()
         loop = asyncio.get_running_loop()
         done: asyncio.Future[None] = loop.create_future()
-        self._writer.submit(Pending([(t, dict(v)) for t, v in rows], done, loop))
+        self._writer.submit(Pending([([(t, dict(v)) for t, v in rows], done)], loop))
         return done
 
     # -- tasks ------------------------------------------------------------------------

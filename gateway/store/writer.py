@@ -22,6 +22,19 @@ How a batch reaches the database, measured with bench/store.py and bench/core.py
   loop goes on with other calls.
 - The thread settles a batch's callers with one wake-up of their event loop, not one each.
 
+A batch is its callers' rows together, but one caller's bad row (a duplicate id, a value
+the database refuses) must not fail the others: their side effects already ran, and a
+result turned into a storage failure (its idempotency row lost with it) is run again on
+retry. So a failed batch is written again with each caller's rows in a savepoint of its
+own: the offending caller fails, the others are stored and answered. The happy path pays
+nothing for this.
+
+The thread's connection is opened again when the database drops it (a server restart):
+a batch lost with the connection before its COMMIT was sent cannot have been stored (the
+server rolls back a transaction whose session ends) and is written again once, on the new
+connection; one lost while its COMMIT was under way may or may not be stored, so its
+callers are failed rather than risk storing it twice.
+
 SQLite's WAL is checkpointed by `Checkpointer`, a thread with a connection of its own, at a
 quiet moment or once enough rows were committed since the last one, never inside a
 commit (every gateway connection has `wal_autocheckpoint=0`): a checkpoint copies pages
@@ -63,6 +76,9 @@ RECENT_WEIGHT = 0.2
 # a few rows commit in tens of microseconds; more are the thread's, in parallel with the
 # loop. The calls that finish in one turn of the loop share one batch either way.
 INLINE_MAX_ROWS = 8
+# ... and the most text (characters of its string values, summed) it may hold: a few large
+# records would keep the loop from every other call while SQLite copies them in.
+INLINE_MAX_BYTES = 64 * 1024
 # SQLite checkpoints: after this long without a commit, or once this many rows were
 # committed since the last one (about 4 MB of evidence, SQLite's own automatic threshold).
 CHECKPOINT_QUIET_S = 0.05
@@ -73,16 +89,25 @@ WAL_SIZE_LIMIT = 16 * 1024 * 1024
 # How long the writer's own connection waits for a lock another process holds, per try;
 # the batch is tried again after it, never dropped while the store runs.
 BUSY_TIMEOUT_MS = 5000
+# Who the writer's PostgreSQL session is, in `pg_stat_activity`.
+PG_APPLICATION_NAME = "gateway-evidence-writer"
+
+
+# One caller's rows, and the future that settles once they are committed.
+Part = tuple[list[Row], asyncio.Future[None]]
 
 
 @dataclass
 class Pending:
-    """Rows to insert in the next batch; `done` settles once they are committed (several
-    callers may share one future)."""
+    """Rows to insert in the next batch, as `parts`: each is one caller's, and should the
+    batch fail, each is stored or failed on its own."""
 
-    rows: list[Row]
-    done: asyncio.Future[None]
+    parts: list[Part]
     loop: asyncio.AbstractEventLoop
+
+    @property
+    def count(self) -> int:
+        return sum(len(rows) for rows, _done in self.parts)
 
 
 @dataclass
@@ -95,6 +120,10 @@ class Guarded:
     rows: list[Row]
     done: asyncio.Future[bool]
     loop: asyncio.AbstractEventLoop
+
+    @property
+    def count(self) -> int:
+        return len(self.rows)
 
     def settle(self, changed: bool | None, error: BaseException | None = None) -> None:
         _call_soon(self.loop, _settle_guarded, self.done, changed, error)
@@ -120,8 +149,8 @@ def settle(done: asyncio.Future[None], error: BaseException | None) -> None:
         done.set_exception(error)
 
 
-def _settle_all(futures: list[asyncio.Future[None]], error: BaseException | None) -> None:
-    for done in futures:
+def _settle_each(outcomes: list[tuple[asyncio.Future[None], BaseException | None]]) -> None:
+    for done, error in outcomes:
         settle(done, error)
 
 
@@ -139,6 +168,24 @@ def _is_busy(exc: BaseException) -> bool:
     )
 
 
+def _too_large_inline(parts: Sequence[Sequence[Row]]) -> bool:
+    """More rows, or more text, than a commit on the event loop's thread may take."""
+    rows = sum(len(part) for part in parts)
+    if rows > INLINE_MAX_ROWS:
+        return True
+    size = 0
+    for part in parts:
+        for _table, values in part:
+            for value in values.values():
+                if isinstance(value, str | bytes):
+                    size += len(value)
+    return size > INLINE_MAX_BYTES
+
+
+def _failure(exc: BaseException) -> StorageError:
+    return StorageError(f"evidence could not be stored: {type(exc).__name__}")
+
+
 def group(rows: Iterable[Row]) -> dict[tuple[Table, tuple[str, ...]], list[dict[str, Any]]]:
     """Rows by table and columns, each group one statement, in the order they came."""
     grouped: dict[tuple[Table, tuple[str, ...]], list[dict[str, Any]]] = {}
@@ -154,9 +201,12 @@ class Writer:
     """The group-commit thread: drain the queue, one transaction, settle every caller."""
 
     def __init__(self, url: str, synchronous: str | None) -> None:
-        self._engine = create_engine(url)
+        sqlite = make_url(url).get_backend_name() == "sqlite"
+        self._engine = create_engine(
+            url, connect_args={} if sqlite else {"application_name": PG_APPLICATION_NAME}
+        )
         self.dialect = self._engine.dialect
-        sqlite = self.dialect.name == "sqlite"
+        self._sqlite = sqlite
         if synchronous is not None:
             pragmas = sqlite_pragmas if sqlite else _pg_commit
             event.listen(self._engine, "connect", pragmas(synchronous))
@@ -192,6 +242,9 @@ class Writer:
         self.inline = self._path is not None and (synchronous or "FULL") in ("OFF", "NORMAL")
         self._synchronous = synchronous or "FULL"
         self._inline_conn: sqlite3.Connection | None = None
+        # The thread's connection (a pool's proxy of it); None until (re)opened.
+        self._raw: Any | None = None
+        self.reconnects = 0
 
     def start(self) -> None:
         self._thread.start()
@@ -203,15 +256,20 @@ class Writer:
             raise StorageError("the evidence writer is not running")
         with self._count:
             self._submitted += 1
-            self._queued_rows += len(item.rows)
+            self._queued_rows += item.count
         self._queue.put(item)
 
     def stop(self) -> None:
         self._stopping.set()
         self._queue.put(_STOP)
         self._thread.join()
-        if self._inline_conn is not None:
-            self._inline_conn.close()
+        # The loop may be in the middle of an inline commit (stop runs on a worker thread):
+        # the connection is closed only between commits, and none is made after.
+        with self._turn:
+            self.inline = False
+            conn, self._inline_conn = self._inline_conn, None
+            if conn is not None:
+                conn.close()
         if self.checkpointer is not None:
             self.checkpointer.stop()
         self._engine.dispose()
@@ -242,43 +300,45 @@ class Writer:
 
     # -- on the caller's thread ----------------------------------------------------------
 
-    def commit_inline(self, rows: Sequence[Row]) -> bool:
-        """Commit `rows` now, on this thread, when the writer is idle and the batch small;
-        False (nothing written) when they are the thread's to commit. Raises StorageError
-        when the rows cannot be stored."""
-        if not self.inline or len(rows) > INLINE_MAX_ROWS:
-            return False
+    def commit_inline(self, parts: Sequence[Sequence[Row]]) -> list[StorageError | None] | None:
+        """Commit `parts` (each one caller's rows) now, on this thread, when the writer is
+        idle and the batch small; None (nothing written) when they are the thread's to
+        commit. Otherwise what became of each part: None when stored, else why not."""
+        if not self.inline or _too_large_inline(parts):
+            return None
         if not self._turn.acquire(blocking=False):
-            return False
+            return None
         try:
             # Anything handed to the thread and not yet committed goes first: the order
-            # of what is queued is kept.
-            if self._submitted != self._finished:
-                return False
+            # of what is queued is kept. A stopped writer commits nothing more.
+            if not self.inline or self._submitted != self._finished:
+                return None
             conn = self._inline_conn or self._connect_inline()
             if conn is None:
-                return False
+                return None
             started = time.monotonic()
-            try:
-                cursor = conn.cursor()
+            isolated = False
+            while True:
                 try:
-                    self._insert(cursor, group(rows))
-                finally:
-                    cursor.close()
-                conn.commit()
-            except Exception as exc:
-                with contextlib.suppress(Exception):
-                    conn.rollback()
-                if _is_busy(exc):
-                    return False  # someone else holds the lock: the thread waits for it
-                raise StorageError(f"evidence could not be stored: {type(exc).__name__}") from exc
-            self._measured(time.monotonic() - started, len(rows))
+                    outcomes = self._write(conn, parts, isolated=isolated)
+                    conn.commit()
+                    break
+                except Exception as exc:
+                    with contextlib.suppress(Exception):
+                        conn.rollback()
+                    if _is_busy(exc):
+                        return None  # someone else holds the lock: the thread waits for it
+                    if isolated or len(parts) == 1:
+                        return [_failure(exc) for _part in parts]
+                    isolated = True  # the failing caller's rows, told from the others'
+            rows = sum(len(part) for part in parts)
+            self._measured(time.monotonic() - started, rows)
             self.batches += 1
         finally:
             self._turn.release()
         if self.checkpointer is not None:
-            self.checkpointer.committed(len(rows))
-        return True
+            self.checkpointer.committed(rows)
+        return outcomes
 
     def _connect_inline(self) -> sqlite3.Connection | None:
         """The loop's own connection, or None for now when the database is locked. The
@@ -299,12 +359,12 @@ class Writer:
     # -- the thread ----------------------------------------------------------------------
 
     def _run(self) -> None:
-        # The DBAPI connection directly: the statements are SQLAlchemy Core, compiled once
-        # per table for this dialect, but each batch skips the per-execute machinery.
-        raw = self._engine.raw_connection()
-        # Whatever the engine read on its first connect ends here: a read left open would
-        # keep the WAL from ever starting over.
-        raw.rollback()
+        # Opened now so the first batch does not wait for it; a failure is the next
+        # batch's to report (and to try again).
+        try:
+            self._connection()
+        except Exception as exc:
+            log.warning("the evidence writer could not connect: %r", exc)
         try:
             stopping = False
             while not stopping:
@@ -318,10 +378,10 @@ class Writer:
                             stopping = True
                         elif isinstance(item, Guarded):
                             guarded.append(item)
-                            rows += len(item.rows)
+                            rows += item.count
                         else:
                             batch.append(item)
-                            rows += len(item.rows)
+                            rows += item.count
                         try:
                             item = self._queue.get_nowait()
                         except queue.Empty:
@@ -331,14 +391,44 @@ class Writer:
                     self._batch_started = time.monotonic()
                     try:
                         if batch:
-                            self._commit(raw, batch)
+                            self._commit(batch)
                         for change in guarded:
-                            self._change(raw, change)
+                            self._change(change)
                     finally:
                         self._batch_started = None
                         self._finished += len(batch) + len(guarded)
         finally:
-            raw.close()
+            if self._raw is not None:
+                with contextlib.suppress(Exception):
+                    self._raw.close()
+                self._raw = None
+
+    def _connection(self) -> Any:
+        """The thread's connection, opened again after the last one was lost. The DBAPI
+        connection directly: the statements are SQLAlchemy Core, compiled once per table
+        for this dialect, but each batch skips the per-execute machinery."""
+        if self._raw is None:
+            raw = self._engine.raw_connection()
+            # Whatever the engine read on connecting ends here: a read left open would
+            # keep the WAL from ever starting over.
+            raw.rollback()
+            self._raw = raw
+        return self._raw
+
+    def _lost(self, raw: Any, exc: BaseException) -> bool:
+        """Whether `exc` means the connection is gone; if so it is dropped, and the next
+        use opens a new one."""
+        dbapi_error = self.dialect.loaded_dbapi.Error
+        if not isinstance(exc, dbapi_error):
+            return False
+        if not self.dialect.is_disconnect(exc, raw.dbapi_connection, None):
+            return False
+        log.warning("the evidence writer lost its connection: %r", exc)
+        with contextlib.suppress(Exception):
+            raw.invalidate(exc)
+        self._raw = None
+        self.reconnects += 1
+        return True
 
     def _statement(self, table: Table, keys: tuple[str, ...]) -> tuple[str, tuple[str, ...] | None]:
         cached = self._compiled.get((table.name, keys))
@@ -377,66 +467,144 @@ class Writer:
             else:
                 cursor.executemany(sql, params)
 
-    def _commit(self, raw: Any, batch: list[Pending]) -> None:
-        grouped = group(row for pending in batch for row in pending.rows)
-        rows = sum(len(pending.rows) for pending in batch)
-        started = time.monotonic()
-        error: StorageError | None = None
+    def _write(
+        self, conn: Any, parts: Sequence[Sequence[Row]], *, isolated: bool
+    ) -> list[StorageError | None]:
+        """Insert `parts` in the open transaction, not committed. At once, or (`isolated`)
+        each part in a savepoint of its own: a part that fails is rolled back alone and
+        reported, the others stay. Raises what fails the transaction as a whole."""
+        cursor = conn.cursor()
+        try:
+            if not isolated:
+                self._insert(cursor, group(row for part in parts for row in part))
+                return [None] * len(parts)
+            if self._sqlite:
+                # Python's sqlite3 opens a transaction only before an INSERT: the first
+                # SAVEPOINT would open one instead, and its RELEASE commit it.
+                cursor.execute("BEGIN")
+            outcomes: list[StorageError | None] = []
+            for part in parts:
+                cursor.execute("SAVEPOINT evidence_part")
+                try:
+                    self._insert(cursor, group(part))
+                except Exception as exc:
+                    if _is_busy(exc):
+                        raise  # the whole batch waits for the lock, not this part
+                    # On a lost connection this fails too, and the whole batch with it.
+                    cursor.execute("ROLLBACK TO SAVEPOINT evidence_part")
+                    outcomes.append(_failure(exc))
+                else:
+                    outcomes.append(None)
+                cursor.execute("RELEASE SAVEPOINT evidence_part")
+            return outcomes
+        finally:
+            cursor.close()
+
+    def _store(self, parts: Sequence[Sequence[Row]]) -> list[StorageError | None]:
+        """Commit `parts` (each one caller's rows) on the thread's connection: at once, or
+        when that fails, each part on its own. What became of each part."""
+        isolated = False
+        reconnected = False
         while True:
             try:
-                cursor = raw.cursor()
-                try:
-                    self._insert(cursor, grouped)
-                finally:
-                    cursor.close()
-                raw.commit()
-                break
-            except Exception as exc:  # a failed batch fails its callers, not the writer
+                raw = self._connection()
+            except Exception as exc:
+                log.warning("the evidence writer could not connect: %r", exc)
+                return [_failure(exc) for _part in parts]
+            try:
+                outcomes = self._write(raw, parts, isolated=isolated)
+            except Exception as exc:
                 with contextlib.suppress(Exception):
                     raw.rollback()
                 if _is_busy(exc) and not self._stopping.is_set():
                     # Someone else holds the database's lock longer than the busy timeout:
                     # what was accepted waits for it (new calls are turned away meanwhile).
                     continue
-                error = StorageError(f"evidence could not be stored: {type(exc).__name__}")
-                break
-        if error is None:
-            self._measured(time.monotonic() - started, rows)
+                if self._lost(raw, exc):
+                    # Lost before COMMIT was sent: the server rolled the transaction back
+                    # with its session, so nothing of it is stored. Once more, on a new
+                    # connection (a second loss fails the batch: the database is down).
+                    if reconnected:
+                        return [_failure(exc) for _part in parts]
+                    reconnected = True
+                    continue
+                if not isolated and len(parts) > 1:
+                    isolated = True  # the failing caller's rows, told from the others'
+                    continue
+                return [_failure(exc) for _part in parts]
+            try:
+                raw.commit()
+            except Exception as exc:
+                with contextlib.suppress(Exception):
+                    raw.rollback()
+                if _is_busy(exc) and not self._stopping.is_set():
+                    continue  # nothing was stored: as for a lock held during the inserts
+                # Lost while COMMIT was under way (`_lost` drops the connection for the
+                # next batch): it may or may not have been stored, and writing it again
+                # could store it twice, so its callers fail. Anything else failing a COMMIT
+                # left nothing stored either.
+                self._lost(raw, exc)
+                return [_failure(exc) for _part in parts]
+            return outcomes
+
+    def _commit(self, batch: list[Pending]) -> None:
+        started = time.monotonic()
+        outcomes = iter(self._store([rows for p in batch for rows, _done in p.parts]))
+        stored, committed = 0, False
+        by_loop: dict[asyncio.AbstractEventLoop, list[tuple[asyncio.Future[None], Any]]] = {}
+        for pending in batch:
+            settled = by_loop.setdefault(pending.loop, [])
+            for rows, done in pending.parts:
+                error = next(outcomes)
+                settled.append((done, error))
+                if error is None:
+                    stored, committed = stored + len(rows), True
+        if committed:
+            self._measured(time.monotonic() - started, stored)
             self.batches += 1
             if self.checkpointer is not None:
-                self.checkpointer.committed(rows)
-        by_loop: dict[asyncio.AbstractEventLoop, list[asyncio.Future[None]]] = {}
-        for pending in batch:
-            by_loop.setdefault(pending.loop, []).append(pending.done)
+                self.checkpointer.committed(stored)
         # One wake-up per event loop for the whole batch.
-        for loop, futures in by_loop.items():
-            _call_soon(loop, _settle_all, futures, error)
+        for loop, settled in by_loop.items():
+            _call_soon(loop, _settle_each, settled)
 
-    def _change(self, raw: Any, change: Guarded) -> None:
+    def _change(self, change: Guarded) -> None:
         cached = self._guards.get(id(change.guard))
         if cached is None:
             compiled = change.guard.compile(dialect=self.dialect)
             order = tuple(compiled.positiontup) if compiled.positiontup else None
             cached = self._guards[id(change.guard)] = (str(compiled), order)
         sql, order = cached
-        try:
-            params = tuple(change.params[k] for k in order) if order is not None else change.params
-            cursor = raw.cursor()
+        params = tuple(change.params[k] for k in order) if order is not None else change.params
+        reconnected = False
+        while True:
+            committing = False
             try:
-                cursor.execute(sql, params)
-                changed = cursor.rowcount == 1
-                if changed:
-                    self._insert(cursor, group(change.rows))
-                    raw.commit()
-                else:
-                    raw.rollback()
-            finally:
-                cursor.close()
-        except Exception as exc:
-            with contextlib.suppress(Exception):
-                raw.rollback()
-            change.settle(None, StorageError(f"the change could not be stored: {exc}"))
-            return
+                raw = self._connection()
+                cursor = raw.cursor()
+                try:
+                    cursor.execute(sql, params)
+                    changed = cursor.rowcount == 1
+                    if changed:
+                        self._insert(cursor, group(change.rows))
+                        committing = True
+                        raw.commit()
+                    else:
+                        raw.rollback()
+                finally:
+                    cursor.close()
+            except Exception as exc:
+                if self._raw is not None:
+                    with contextlib.suppress(Exception):
+                        self._raw.rollback()
+                    # As for a batch: a change lost before its COMMIT was sent is not
+                    # stored, and is tried once more on a new connection.
+                    if self._lost(self._raw, exc) and not committing and not reconnected:
+                        reconnected = True
+                        continue
+                change.settle(None, StorageError(f"the change could not be stored: {exc}"))
+                return
+            break
         if changed and self.checkpointer is not None:
             self.checkpointer.committed(len(change.rows) + 1)
         change.settle(changed)

@@ -1,6 +1,7 @@
 """The evidence writer under load, on both stores: what it writes arrives as it was given,
 calls finishing together share a commit, a call is turned away before it runs when its
-record could not be stored before its deadline, and what was accepted is never lost.
+record could not be stored before its deadline, what was accepted is never lost, a caller
+whose rows cannot be stored fails alone, and a dropped PostgreSQL connection is reopened.
 
 "Slow" here is real: another connection holds SQLite's write lock, or a PostgreSQL
 session holds a `LOCK TABLE` on the evidence, while the gateway works.
@@ -12,6 +13,7 @@ import asyncio
 import contextlib
 import sqlite3
 from collections.abc import AsyncIterator, Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -20,13 +22,14 @@ from prometheus_client import generate_latest
 from pydantic import BaseModel
 from sqlalchemy import make_url, select
 
+from gateway.errors import StorageError
 from gateway.mcp_door.rendering import model_text
 from gateway.registry import Tool, ToolContext
 from gateway.results import Door, ErrorCode, ToolStatus
 from gateway.runtime import Gateway
 from gateway.settings import Settings
 from gateway.store import schema, writer
-from gateway.store.database import Store
+from gateway.store.database import Store, sqlite_url
 from gateway.testing import live_gateway
 from gateway.testing.agents import bridge_client
 from gateway.testing.control import GatewayTask
@@ -271,3 +274,203 @@ async def test_the_bridge_answers_503_at_once_when_the_evidence_store_is_behind(
         assert int(response.headers["retry-after"]) >= 1
         assert ran.count == 1  # the late call ran nothing
         assert (await asyncio.wait_for(accepted, BOUND_S)).ok
+
+
+def crafted(record_id: str, *, tool: str = "t.crafted") -> tuple[Any, dict[str, Any]]:
+    return Store.evidence_row(
+        record_id=record_id,
+        task_id="task_crafted",
+        org_id="org_a",
+        kind="event",
+        record={"id": record_id},
+        tool=tool,
+    )
+
+
+@pytest.mark.parametrize("rows_per_call", [1, 3])
+@pytest.mark.parametrize("bad", ["duplicate id", "NUL"])
+async def test_a_caller_whose_rows_cannot_be_stored_fails_alone(
+    gw: Gateway, bad: str, rows_per_call: int
+) -> None:
+    """Four callers share one batch and one of them brings a row the database refuses: the
+    other three are stored and answered. One row each is a small batch (on SQLite, the
+    event loop's own commit); three each is the writer thread's, on both stores."""
+    await gw.store.commit([crafted("evt_taken")])
+    bad_caller = 2
+
+    def rows_of(caller: int) -> list[tuple[Any, dict[str, Any]]]:
+        rows = [crafted(f"evt_{caller}_{n}") for n in range(rows_per_call)]
+        if caller == bad_caller:
+            rows[-1] = (
+                crafted("evt_taken") if bad == "duplicate id" else crafted("evt_nul", tool="x\0")
+            )
+        return rows
+
+    # The first commit of a turn may go in alone while the writer is idle: the four that
+    # follow it in the same turn share a batch.
+    outcomes = await asyncio.gather(
+        gw.store.commit([crafted("evt_first")]),
+        *(gw.store.commit(rows_of(caller)) for caller in range(4)),
+        return_exceptions=True,
+    )
+
+    stored = {r["id"] for r in await gw.store.evidence_for("org_a", "task_crafted", limit=100)}
+    good = {f"evt_{c}_{n}" for c in range(4) if c != bad_caller for n in range(rows_per_call)}
+    assert good <= stored
+    refused = bad == "duplicate id" or not gw.store.is_sqlite  # SQLite's text keeps a NUL
+    if refused:
+        assert [type(o) for o in outcomes] == [type(None)] * 3 + [StorageError, type(None)]
+        # Nothing of the failing caller is stored, not even its good rows.
+        assert not {f"evt_{bad_caller}_{n}" for n in range(rows_per_call)} & stored
+        assert "evt_nul" not in stored
+    else:
+        assert outcomes == [None] * 5
+    # The writer goes on: the next call is stored.
+    await gw.store.commit([crafted("evt_after")])
+    assert "evt_after" in {r["id"] for r in await gw.store.evidence_for("org_a", "task_crafted")}
+
+
+async def test_two_callers_of_one_batch_with_the_same_id_store_the_first(gw: Gateway) -> None:
+    outcomes = await asyncio.gather(
+        gw.store.commit([crafted("evt_first")]),
+        gw.store.commit([crafted("evt_a"), crafted("evt_twice")]),
+        gw.store.commit([crafted("evt_twice"), crafted("evt_b")]),
+        gw.store.commit([crafted("evt_c")]),
+        return_exceptions=True,
+    )
+    assert [type(o) for o in outcomes] == [type(None), type(None), StorageError, type(None)]
+    stored = [r["id"] for r in await gw.store.evidence_for("org_a", "task_crafted")]
+    assert sorted(stored) == ["evt_a", "evt_c", "evt_first", "evt_twice"]
+
+
+async def test_an_unknown_tool_name_with_a_nul_is_denied_and_recorded(gw: Gateway) -> None:
+    ident, _ = await new_task(gw)
+    result = await gw.pipeline.call(ident, "x\0\x07", {}, door=Door.MCP)
+    assert result.status is ToolStatus.DENIED
+    assert result.error is not None and result.error.code == ErrorCode.UNKNOWN_TOOL
+    records = await gw.store.evidence_for(ident.org_id, ident.task_id)
+    assert [(r["tool"], r["status"]) for r in records if r.get("tool")] == [
+        ("x\\x00\\x07", "denied")
+    ]
+
+
+def plain_postgres_url(settings: Settings) -> str:
+    url = settings.resolved_database_url()
+    return make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
+
+
+# A PostgreSQL session is what a server restart ends: this one is PostgreSQL's alone.
+@pytest.mark.parametrize("database_url", ["postgresql"], indirect=True)
+async def test_the_writer_connects_again_after_postgresql_dropped_it(
+    gw: Gateway, settings: Settings
+) -> None:
+    ran = Ran()
+    install(gw, ran)
+    ident, _ = await new_task(gw)
+    assert (await gw.pipeline.call(ident, "t.note", {"text": "before"}, door=Door.MCP)).ok
+
+    with psycopg.connect(plain_postgres_url(settings), autocommit=True) as pg:
+        pids = [
+            row[0]
+            for row in pg.execute(
+                "SELECT pid FROM pg_stat_activity"
+                " WHERE datname = current_database() AND application_name = %s",
+                (writer.PG_APPLICATION_NAME,),
+            )
+        ]
+        assert len(pids) == 1  # the writer's own session, told by its name
+        pg.execute("SELECT pg_terminate_backend(%s)", (pids[0],))
+
+        def gone() -> bool:
+            found = pg.execute("SELECT 1 FROM pg_stat_activity WHERE pid = %s", (pids[0],))
+            return found.fetchone() is None
+
+        await until(gone, "the writer's session ended")
+
+    after = await gw.pipeline.call(ident, "t.note", {"text": "after"}, door=Door.MCP)
+    assert after.ok, after.error
+    again = await gw.pipeline.call(ident, "t.note", {"text": "again"}, door=Door.MCP)
+    assert again.ok, again.error
+    records = await gw.store.evidence_for(ident.org_id, ident.task_id)
+    assert [r["status"] for r in records if r["tool"] == "t.note"] == ["succeeded"] * 3
+    assert gw.store._writer is not None and gw.store._writer.reconnects == 1
+
+
+async def sqlite_store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Store:
+    """A SQLite store whose next commit goes in on the event loop's thread, if it may."""
+    # No checkpoint holds the database's turn while the test looks (the loop's commit
+    # would hand over to the thread rather than wait for it).
+    monkeypatch.setattr(writer, "CHECKPOINT_QUIET_S", 3600.0)
+    store = Store(sqlite_url(tmp_path), tmp_path, synchronous="NORMAL")
+    await store.start()
+    # Once the writer's thread has its connection, the loop's own can open without
+    # meeting it mid-setup; and the loop commits only once the thread is through all it
+    # was handed (it settles a batch's callers a moment before it counts it done).
+    await asyncio.wait_for(store.enqueue([]), BOUND_S)
+    w = store._writer
+    assert w is not None
+    await until(lambda: w._submitted == w._finished, "the writer is idle")
+    return store
+
+
+async def test_large_records_are_committed_by_the_thread_not_on_the_event_loop(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = await sqlite_store(tmp_path, monkeypatch)
+    try:
+        w = store._writer
+        assert w is not None and w.inline
+        handed = w._submitted
+        await store.commit([crafted("evt_small")])
+        assert w._submitted == handed  # committed on the loop's thread: nothing handed over
+        await asyncio.sleep(0)  # the next turn of the loop
+        large = Store.evidence_row(
+            record_id="evt_large",
+            task_id="task_crafted",
+            org_id="org_a",
+            kind="event",
+            record={"id": "evt_large", "text": "x" * (writer.INLINE_MAX_BYTES + 1)},
+        )
+        await store.commit([large])
+        assert w._submitted == handed + 1  # one row, but too much text for the loop's thread
+        stored = await store.evidence_for("org_a", "task_crafted")
+        assert [r["id"] for r in stored] == ["evt_small", "evt_large"]
+    finally:
+        await store.close()
+
+
+class ClosingChecked:
+    """The loop's SQLite connection, noting whether the database's turn was held (no commit
+    under way) when it was closed."""
+
+    def __init__(self, conn: sqlite3.Connection, turn: Any) -> None:
+        self._conn = conn
+        self._turn = turn
+        self.closed_while_held: bool | None = None
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._conn, name)
+
+    def close(self) -> None:
+        free = self._turn.acquire(blocking=False)
+        if free:
+            self._turn.release()
+        self.closed_while_held = not free
+        self._conn.close()
+
+
+async def test_stopping_the_writer_never_closes_the_loops_connection_mid_commit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = await sqlite_store(tmp_path, monkeypatch)
+    w = store._writer
+    assert w is not None
+    await store.commit([crafted("evt_inline")])
+    assert w._inline_conn is not None  # committed on the loop's thread
+    checked = ClosingChecked(w._inline_conn, w._turn)
+    monkeypatch.setattr(w, "_inline_conn", checked)
+    await store.close()
+    assert checked.closed_while_held is True
+    # A stopped writer commits nothing more on the loop's thread (nor reopens for it).
+    assert w.commit_inline([[crafted("evt_late")]]) is None
+    assert w._inline_conn is None
