@@ -26,6 +26,8 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from gateway.testing.subprocesses import end, spawn
+
 HOST = "127.0.0.1"
 BACKEND = "gateways"
 START_TIMEOUT_S = 30.0
@@ -171,16 +173,8 @@ class HAProxy:
         if self.running:
             raise RuntimeError("haproxy is already running")
         check_config(self.config_path, self.binary)
-        self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        with self.log_path.open("ab") as log:
-            self._process = subprocess.Popen(
-                [str(self.binary), "-db", "-f", str(self.config_path)],
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                env=self._env,
-                start_new_session=True,
-            )
+        argv = [str(self.binary), "-db", "-f", str(self.config_path)]
+        self._process = spawn(argv, self.log_path, self._env)
         try:
             self._wait_ready(timeout_s)
         except BaseException:
@@ -236,17 +230,8 @@ class HAProxy:
         raise TimeoutError(f"{server} is not {want} in haproxy after {timeout_s}s ({state})")
 
     def _signal_and_wait(self, sig: signal.Signals) -> None:
-        process = self._process
-        if process is None:
-            return
-        if process.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                process.send_signal(sig)
-            try:
-                process.wait(timeout=STOP_TIMEOUT_S)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+        if self._process is not None:
+            end(self._process, sig, STOP_TIMEOUT_S)
         self._process = None
 
     def _wait_ready(self, timeout_s: float) -> None:

@@ -26,6 +26,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 from gateway.serving import free_port
+from gateway.testing.subprocesses import end, spawn
 
 HOST = "127.0.0.1"
 START_TIMEOUT_S = 30.0
@@ -100,19 +101,8 @@ class NatsServer:
         if self.running:
             raise RuntimeError(f"NATS is already running on {self.url}")
         self._reap()
-        self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        # Appended to, so a restarted server's log follows the one before it.
-        with self.log_path.open("ab") as log:
-            self._process = subprocess.Popen(
-                [str(self.binary), "--addr", HOST, "--port", str(self.port)],
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                env=self._env,
-                # Its own session: a Ctrl-C in the terminal reaches the harness, which stops
-                # the processes in order, not every process at once.
-                start_new_session=True,
-            )
+        argv = [str(self.binary), "--addr", HOST, "--port", str(self.port)]
+        self._process = spawn(argv, self.log_path, self._env)
         try:
             self._wait_ready(timeout_s)
         except BaseException:
@@ -132,17 +122,8 @@ class NatsServer:
         self.start()
 
     def _signal_and_wait(self, sig: signal.Signals, timeout_s: float) -> None:
-        process = self._process
-        if process is None:
-            return
-        if process.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                process.send_signal(sig)
-            try:
-                process.wait(timeout=timeout_s)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+        if self._process is not None:
+            end(self._process, sig, timeout_s)
         self._process = None
 
     def _reap(self) -> None:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -40,6 +40,7 @@ from gateway.results import ToolResult, ToolStatus
 from gateway.runtime import Gateway
 from gateway.serving import serving
 from gateway.testing import live_gateway
+from gateway.testing.waiting import until
 from mcp import Client
 from tests.browser.conftest import Sites, browser_gateway, browser_settings
 
@@ -81,15 +82,6 @@ async def held_app() -> AsyncIterator[tuple[HeldApp, str]]:
             yield app, origin
     finally:
         app.release.set()  # nothing stays held past the test
-
-
-async def until(check: Callable[[], bool], what: str) -> None:
-    """Wait for a state the gateway reaches on its own (a call joining the queue)."""
-    for _ in range(int(BOUND_S / 0.01)):
-        if check():
-            return
-        await asyncio.sleep(0.01)
-    raise AssertionError(what)
 
 
 def overloaded(result: ToolResult) -> int:

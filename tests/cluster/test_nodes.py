@@ -20,19 +20,16 @@ from sqlalchemy import func, select
 from gateway.cluster import node as node_module
 from gateway.cluster.extension import install as join_cluster
 from gateway.cluster.node import ClusterNode
-from gateway.errors import InvalidInput, TokenRevoked
-from gateway.identity import Actor, Sandbox
+from gateway.errors import TokenRevoked
 from gateway.registry import Tool, ToolContext
 from gateway.results import Door, ErrorCode, ToolStatus
 from gateway.runtime import Gateway
-from gateway.sandbox.extension import install as install_sandboxes
-from gateway.sandbox.spec import Provision
 from gateway.settings import Settings
 from gateway.store import schema
-from gateway.tasks import TaskCreate
 from gateway.testing import test_settings
 from gateway.testing.nats import NatsServer, nats_server
 from gateway.testing.postgres import Cluster
+from gateway.testing.waiting import until, until_true
 from gateway.tokens import Purpose, new_key
 from tests.core_fixtures import new_task
 
@@ -199,7 +196,7 @@ async def test_a_tab_taking_the_task_moves_its_calls(nodes: Nodes) -> None:
 
     node_of(a).on_release(let_go)
     await node_of(b).take(identity.task_id)  # the tab reconnected to node b
-    await wait_for(lambda: released == [identity.task_id])
+    await until(lambda: released == [identity.task_id], "the other node heard")
 
     result = await a.pipeline.call(identity, "test.where", {}, door=Door.MCP)
     assert result.output["node"] == "node-b"
@@ -221,7 +218,7 @@ async def test_an_end_on_one_node_is_refused_on_every_node(nodes: Nodes) -> None
     a.tasks.on_end(heard)
     await b.tasks.end(identity.task_id)
 
-    await wait_for(lambda: ended == [identity.task_id])
+    await until(lambda: ended == [identity.task_id], "the other node heard")
     with pytest.raises(TokenRevoked):
         await a.tasks.authenticate(tokens["agent"], Purpose.AGENT)
     result = await b.pipeline.call(identity, "test.write", {}, door=Door.MCP)
@@ -240,7 +237,7 @@ async def test_an_end_with_its_message_lost_is_read_from_the_store(nodes: Nodes)
     # Node b ends it in the ledger only, as if its message never left.
     await node_of(b).ledger.revoke(identity.task_id, time.time(), "ended")
 
-    await wait_for(lambda: identity.task_id in a.tasks.ended_ids())
+    await until(lambda: identity.task_id in a.tasks.ended_ids(), "the other node heard")
     with pytest.raises(TokenRevoked):
         await a.tasks.authenticate(tokens["agent"], Purpose.AGENT)
 
@@ -295,7 +292,7 @@ async def test_a_dead_owner_is_answered_at_once_then_its_task_is_freed(nodes: No
         result = await b.pipeline.call(identity, "test.where", {}, door=Door.MCP)
         return result.status is ToolStatus.SUCCEEDED and result.output["node"] == "node-b"
 
-    await wait_for_async(answered_by_b)
+    await until_true(answered_by_b, "the call was answered there")
     assert nodes.ran.by[-1] == "node-b"
 
 
@@ -363,7 +360,7 @@ async def test_a_routed_call_whose_answer_comes_late_is_not_run_twice(
         done = await a.store.idempotent_result(identity.task_id, "test.slow_write", "k-1")
         return done is not None
 
-    await wait_for_async(stored)
+    await until_true(stored, "the call was answered there")
     monkeypatch.setattr(node_module, "ROUTE_MARGIN_S", 5.0)
     retry = await b.pipeline.call(
         identity, "test.slow_write", {}, door=Door.MCP, idempotency_key="k-1"
@@ -404,50 +401,3 @@ async def test_an_unsigned_end_message_ends_nothing(nodes: Nodes) -> None:
     await node_of(a).bus.publish("gw.ended", json.dumps(message).encode())
     await asyncio.sleep(1.2)  # past two reads of the ends, which find none
     assert (await a.tasks.authenticate(tokens["agent"], Purpose.AGENT)).task_id
-
-
-async def wait_for(condition: Any, timeout_s: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError("the condition did not come true in time")
-        await asyncio.sleep(0.02)
-
-
-async def wait_for_async(condition: Any, timeout_s: float = 15.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not await condition():
-        if time.monotonic() > deadline:
-            raise AssertionError("the condition did not come true in time")
-        await asyncio.sleep(0.1)
-
-
-async def test_a_task_taken_from_a_node_with_its_browser_says_so_once(nodes: Nodes) -> None:
-    a = await nodes.start("node-a")
-    b = await nodes.start("node-b")
-    identity, _ = await new_task(a)
-    other, _ = await new_task(a)
-    for task_id in (identity.task_id, other.task_id):
-        await node_of(a).take(task_id)
-    await node_of(a).browser_opened(identity.task_id)  # only the first had a browser on a
-
-    for task_id in (identity.task_id, other.task_id):
-        await node_of(b).take(task_id)
-
-    told = node_of(b).browser_moved(identity.task_id)
-    assert told is not None and "lost" in told
-    assert node_of(b).browser_moved(identity.task_id) is None  # once
-    assert node_of(b).browser_moved(other.task_id) is None  # it had none to lose
-
-
-async def test_a_node_of_a_cluster_provisions_no_sandbox(nodes: Nodes) -> None:
-    a = await nodes.start("node-a")
-    install_sandboxes(a)
-    request = TaskCreate(
-        actor=Actor(id="user_1", role="admin"),
-        org_id="org_a",
-        sandbox=Sandbox(id="sb", provision=Provision(repository="example", commit="0" * 40)),
-    )
-    with pytest.raises(InvalidInput, match="cluster"):
-        await a.tasks.create(request)
-    assert a.tasks.live_ids() == []

@@ -10,7 +10,6 @@ import io
 import os
 import subprocess
 import tarfile
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +21,7 @@ from gateway.sandbox.errors import SandboxRefused
 from gateway.sandbox.local import LocalSandbox, sandbox_processes
 from gateway.sandbox.service import Sandboxes
 from gateway.testing import LiveGateway, live_gateway
+from gateway.testing.waiting import until
 from tests.sandbox.conftest import (
     UID_BASE,
     AppRepo,
@@ -164,14 +164,6 @@ async def test_a_commit_over_the_providers_checkout_budget_is_refused(
 
 
 # -- an app filling the disk ------------------------------------------------------------
-
-
-async def until(check: Callable[[], bool], what: str) -> None:
-    for _ in range(400):
-        if check():
-            return
-        await asyncio.sleep(0.05)
-    raise AssertionError(f"never happened: {what}")
 
 
 async def stopped_over_budget(live: LiveGateway, task_id: str, sandbox: LocalSandbox) -> None:

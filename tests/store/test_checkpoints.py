@@ -16,6 +16,7 @@ from gateway.settings import Settings
 from gateway.store import writer
 from gateway.store.database import Store
 from gateway.testing import test_settings
+from gateway.testing.waiting import until
 from tests.core_fixtures import started
 
 BOUND_S = 60.0  # a wait that should end soon; only a broken gateway hits it
@@ -41,15 +42,6 @@ async def write(store: Store, batches: int, start: int = 0) -> int:
         batch = rows(64, start + b * 64)
         await asyncio.gather(*(store.commit([row]) for row in batch))
     return start + batches * 64
-
-
-async def until(condition: Callable[[], bool], what: str) -> None:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + BOUND_S
-    while not condition():
-        if loop.time() > deadline:
-            raise AssertionError(f"gave up waiting: {what}")
-        await asyncio.sleep(0.01)
 
 
 def checkpointed(store: Store, after: int) -> Callable[[], bool]:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import sqlite3
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +33,7 @@ from gateway.store.database import Store, sqlite_url
 from gateway.testing import live_gateway
 from gateway.testing.agents import bridge_client
 from gateway.testing.control import GatewayTask
+from gateway.testing.waiting import until
 from gateway.tokens import Purpose
 from tests.core_fixtures import new_task, started
 
@@ -105,15 +106,6 @@ def evidence_locked(settings: Settings) -> Iterator[None]:
                 yield
             finally:
                 pg.rollback()
-
-
-async def until(condition: Callable[[], bool], what: str) -> None:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + BOUND_S
-    while not condition():
-        if loop.time() > deadline:
-            raise AssertionError(f"gave up waiting: {what}")
-        await asyncio.sleep(0.01)
 
 
 def shed_count(gw: Gateway) -> float:

@@ -19,6 +19,7 @@ import pytest
 
 from gateway.results import Door, ErrorCode, ToolResult, ToolStatus
 from gateway.tabs import ShowRunProgress, TabConfig, TabOutcome
+from gateway.testing.waiting import until
 from gateway.tokens import Purpose
 from tests.tabs.conftest import DASHBOARD, RawTab, TabGateway, _start
 
@@ -44,14 +45,6 @@ async def answer(tab: RawTab, task_id: str, request: dict[str, Any]) -> None:
             "result": {"shown": request["action"]["run_id"]},
         }
     )
-
-
-async def until(check: Callable[[], bool], what: str) -> None:
-    for _ in range(500):
-        if check():
-            return
-        await asyncio.sleep(0.01)
-    raise AssertionError(f"never: {what}")
 
 
 async def test_a_busy_tab_refuses_at_once_what_it_cannot_take_and_answers_the_rest(
