@@ -33,7 +33,7 @@ from gateway.browser.memory import process_tree, pss_kib
 from gateway.sandbox.checkout import extract
 from gateway.sandbox.local import LocalProvider, LocalSandbox, host_unready, sandbox_processes
 from gateway.sandbox.provider import Binding
-from gateway.sandbox.spec import DEFAULT_MAX_LIMITS, Provision
+from gateway.sandbox_spec import DEFAULT_MAX_LIMITS, Provision
 
 MS = 1e3
 LIVE_AT_ONCE = 4

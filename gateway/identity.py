@@ -21,7 +21,7 @@ from pydantic import (
 
 from gateway.approval_policy import ApprovalPolicy
 from gateway.origins import OriginError, normalize_origin
-from gateway.sandbox.spec import Provision
+from gateway.sandbox_spec import Provision
 
 # An identifier that may end up in a path (an organization's artifacts, a workspace): it
 # starts with a letter or digit, so `.`, `..` and `-x` are not names.

@@ -16,7 +16,7 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from gateway.origins import OriginError, normalize_origin
 from gateway.private_files import private_dir, write_private
-from gateway.sandbox.spec import DEFAULT_MAX_LIMITS, Limits, Repository
+from gateway.sandbox_spec import DEFAULT_MAX_LIMITS, Limits, Repository
 
 
 def _split(value: object) -> object:

@@ -33,7 +33,7 @@ from examples.synthetic_app.web import AppConfig, SyntheticApp
 from gateway.app import Extension, build_app, default_extensions
 from gateway.runtime import Gateway
 from gateway.sandbox.local import host_unready
-from gateway.sandbox.spec import Repository
+from gateway.sandbox_spec import Repository
 from gateway.serving import SERVER_OPTIONS, free_port, serving
 from gateway.settings import Settings
 

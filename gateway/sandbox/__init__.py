@@ -7,7 +7,6 @@ proxy at an origin of its own, and torn down when the task ends (docs/sandbox.md
 
 | module | what it is for |
 |---|---|
-| `spec.py` | what a task asks for and what an operator registers (models only, no I/O) |
 | `errors.py` | the failures, in the gateway's error tree |
 | `provider.py` | the provider interface (`provision`, `health`, `teardown`) and its registry |
 | `checkout.py` | a commit of a registered repository, extracted and digested |
@@ -18,6 +17,7 @@ proxy at an origin of its own, and torn down when the task ends (docs/sandbox.md
 | `service.py` | sandboxes per task: provisioned at creation, probed, torn down at the end |
 | `extension.py` | `install(gw)` |
 
-This package's `__init__` imports nothing: `gateway.identity` reads `spec.py`, and the rest
-sits above the core.
+What a task asks for and what an operator registers are models of their own, below the
+core (`gateway/sandbox_spec.py`: `gateway.identity` and the settings read them); this
+package sits above the core, an adapter like the task browser.
 """

@@ -48,6 +48,8 @@ from pathlib import Path
 from typing import Any, TypeVar, cast
 from urllib.parse import urlsplit
 
+from gateway.sandbox_spec import Limits, Provision, Repository
+
 from . import manifest
 from .bubblewrap import (
     APP_DIR,
@@ -62,7 +64,6 @@ from .cgroup import CgroupParent
 from .checkout import MAX_CHECKOUT_BYTES, MAX_CHECKOUT_FILES, extract, resolve_commit
 from .errors import SandboxError, SandboxRefused, Unhealthy
 from .provider import Binding, Health, SandboxHandle, SandboxProvider, SandboxState, Teardown
-from .spec import Limits, Provision, Repository
 
 log = logging.getLogger(__name__)
 

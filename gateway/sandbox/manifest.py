@@ -10,8 +10,9 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
+from gateway.sandbox_spec import Limits, Provision
+
 from .provider import Binding
-from .spec import Limits, Provision
 
 KIND = "sandbox-manifest/v1"
 

@@ -28,8 +28,9 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
+from gateway.sandbox_spec import Provision
+
 from .errors import SandboxRefused
-from .spec import Provision
 
 
 class SandboxState(StrEnum):
