@@ -6,7 +6,10 @@ With 32 dashboard tabs connected (32 tasks, each page with the shim), one page i
   channel (validation, request frame, the shim's allowlist check, the page's handler setting
   textContent, the reply, the reply rules) back to the awaiting coroutine;
 - raw: the same page echoes a frame of the same size over a bare websocket to a bare
-  Starlette endpoint on the same server; timed from send to receive on the server.
+  Starlette endpoint on the same server; timed from send to receive on the server. The
+  echo does the page-side work the action's handler does (it shows the frame's run id in a
+  span with textContent) before it sends the frame back, so the ratio compares the
+  channel's own cost (gateway, shim) over the same page work, not the page's DOM write.
 
 Rounds are interleaved so drift hits both the same way. Goals: action p50 within 1.3x of the
 raw round trip, p99 within 2x. Run: `python -m bench.tabs [--rounds N] [--tabs N]`.
@@ -43,7 +46,7 @@ P99_GOAL = 2.0
 MS = 1e3
 
 PAGE = """<!doctype html><html><head><title>bench</title></head><body>
-<span id="run"></span>
+<span id="run"></span> <span id="echoed"></span>
 <script type="module">
 window.start = async (options) => {
   const { connectGateway } = await import(options.gateway + "/webmcp.js");
@@ -57,7 +60,13 @@ window.start = async (options) => {
 };
 window.echo = (url) => new Promise((resolve) => {
   const ws = new WebSocket(url);
-  ws.onmessage = (event) => ws.send(event.data);
+  ws.onmessage = (event) => {
+    // What the action's handler does with its run_id, done with the echoed frame's.
+    const data = event.data;
+    const at = data.lastIndexOf("run_");
+    document.getElementById("echoed").textContent = data.slice(at, at + 9);
+    ws.send(data);
+  };
   ws.onopen = () => resolve(true);
 });
 </script></body></html>"""

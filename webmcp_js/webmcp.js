@@ -94,94 +94,180 @@ function resolve(schema, root) {
   return (root.$defs && root.$defs[name]) || {};
 }
 
-function checkString(value, schema, where) {
-  if (typeof value !== "string") return `${where} must be a string`;
-  const size = length(value);
-  if (schema.minLength !== undefined && size < schema.minLength) {
-    return schema.minLength === 1 ? `${where} must not be empty` : `${where} is shorter than ${schema.minLength}`;
-  }
-  if (schema.maxLength !== undefined && size > schema.maxLength) return `${where} is longer than ${schema.maxLength}`;
-  if (schema.pattern !== undefined && !pattern(schema.pattern).test(value)) return `${where} is not in the allowed form`;
-  if (schema["x-text"] && value.includes("\u0000")) return `${where} must not contain NUL`;
-  if (schema["x-label"]) {
-    const reason = unsafeReason(value);
-    if (reason) return `${where}: ${reason}`;
-  }
-  return null;
+// A schema is compiled once into a tree of closures that check a value against it, with
+// exactly the rules a walk of the schema would apply each time (the same keywords, the same
+// order, the same messages). The action schemas are compiled when this module loads; a
+// view's params schema the first time an open_view names it. A `$ref`'s target is compiled
+// on first use, so a recursive schema costs only what the values met so far walk through.
+// Each validator is `(value, where) => reason or null`.
+const NESTED_TOO_DEEPLY = (_value, where) => `${where} is nested too deeply`;
+const ANYTHING = () => null;
+// What walking a schema that is not an object (null, true, 1) did: fail with a TypeError.
+const NOT_A_SCHEMA = () => {
+  throw new TypeError("a JSON schema must be an object");
+};
+const isSchema = (schema) => schema !== null && (typeof schema === "object" || typeof schema === "function");
+
+function child(schema, root, depth) {
+  if (!isPlainObject(schema) || typeof schema.$ref !== "string") return compileSchema(schema, root, depth);
+  let check = null;
+  return (value, where) => (check || (check = compileSchema(schema, root, depth)))(value, where);
 }
 
-function checkNumber(value, schema, where) {
-  if (typeof value !== "number" || !Number.isFinite(value)) return `${where} must be a number`;
-  if (schema.type === "integer" && !Number.isInteger(value)) return `${where} must be a whole number`;
-  if (schema.minimum !== undefined && value < schema.minimum) return `${where} is below ${schema.minimum}`;
-  if (schema.maximum !== undefined && value > schema.maximum) return `${where} is above ${schema.maximum}`;
-  if (schema.exclusiveMinimum !== undefined && value <= schema.exclusiveMinimum) return `${where} is too small`;
-  if (schema.exclusiveMaximum !== undefined && value >= schema.exclusiveMaximum) return `${where} is too large`;
-  return null;
-}
-
-function checkArray(value, schema, where, root, depth) {
-  if (!Array.isArray(value)) return `${where} must be a list`;
-  if (schema.minItems !== undefined && value.length < schema.minItems) return `${where} has too few items`;
-  if (schema.maxItems !== undefined && value.length > schema.maxItems) return `${where} has more than ${schema.maxItems} items`;
-  if (isPlainObject(schema.items)) {
-    for (let i = 0; i < value.length; i++) {
-      const reason = checkSchema(value[i], schema.items, `${where}[${i}]`, root, depth + 1);
-      if (reason) return reason;
-    }
-  }
-  return null;
-}
-
-function checkObject(value, schema, where, root, depth) {
-  if (!isPlainObject(value)) return `${where} must be an object`;
-  const props = isPlainObject(schema.properties) ? schema.properties : {};
-  for (const name of Array.isArray(schema.required) ? schema.required : []) {
-    if (!(name in value)) return `${where}.${name} is required`;
-  }
-  for (const [name, item] of Object.entries(value)) {
-    const rule = Object.hasOwn(props, name) ? props[name] : schema.additionalProperties;
-    if (rule === false) return `${where} has no field ${name.slice(0, 64)}`;
-    if (isPlainObject(rule)) {
-      const reason = checkSchema(item, rule, `${where}.${name}`, root, depth + 1);
-      if (reason) return reason;
-    }
-  }
-  return null;
-}
-
-/** `value` against a JSON schema as the gateway's models write them; an error or null. */
-function checkSchema(value, schema, where, root, depth = 0) {
-  if (depth > MAX_SCHEMA_DEPTH) return `${where} is nested too deeply`;
+/** A validator of `schema` (a JSON schema as the gateway's models write them). */
+function compileSchema(schema, root, depth = 0, skip = null) {
+  if (depth > MAX_SCHEMA_DEPTH) return NESTED_TOO_DEEPLY;
+  if (!isSchema(schema)) return NOT_A_SCHEMA;
   schema = resolve(schema, root);
+  if (!isSchema(schema)) return NOT_A_SCHEMA;
   if (Array.isArray(schema.anyOf)) {
-    let first = null;
-    for (const option of schema.anyOf) {
-      const reason = checkSchema(value, option, where, root, depth + 1);
-      if (!reason) return null;
-      first = first || reason;
-    }
-    return first || `${where} is not allowed`;
+    const options = schema.anyOf.map((option) => child(option, root, depth + 1));
+    return (value, where) => {
+      let first = null;
+      for (let i = 0; i < options.length; i++) {
+        const reason = options[i](value, where);
+        if (!reason) return null;
+        first = first || reason;
+      }
+      return first || `${where} is not allowed`;
+    };
   }
-  if ("const" in schema && value !== schema.const) return `${where} is not allowed`;
-  if (Array.isArray(schema.enum) && !schema.enum.includes(value)) return `${where} is not one of the allowed values`;
+  const typed = compileType(schema, root, depth, skip);
+  const hasConst = "const" in schema;
+  const constant = schema.const;
+  const allowed = Array.isArray(schema.enum) ? schema.enum : null;
+  if (!hasConst && !allowed) return typed;
+  return (value, where) => {
+    if (hasConst && value !== constant) return `${where} is not allowed`;
+    if (allowed && !allowed.includes(value)) return `${where} is not one of the allowed values`;
+    return typed(value, where);
+  };
+}
+
+function compileType(schema, root, depth, skip) {
   switch (schema.type) {
     case "null":
-      return value === null ? null : `${where} must be null`;
+      return (value, where) => (value === null ? null : `${where} must be null`);
     case "string":
-      return checkString(value, schema, where);
+      return compileString(schema);
     case "integer":
     case "number":
-      return checkNumber(value, schema, where);
+      return compileNumber(schema);
     case "boolean":
-      return typeof value === "boolean" ? null : `${where} must be true or false`;
+      return (value, where) => (typeof value === "boolean" ? null : `${where} must be true or false`);
     case "array":
-      return checkArray(value, schema, where, root, depth);
+      return compileArray(schema, root, depth);
     case "object":
-      return checkObject(value, schema, where, root, depth);
+      return compileObject(schema, root, depth, skip);
     default:
-      return null;
+      return ANYTHING;
   }
+}
+
+function compileString(schema) {
+  const min = schema.minLength;
+  const max = schema.maxLength;
+  const form = schema.pattern === undefined ? null : pattern(schema.pattern);
+  const text = Boolean(schema["x-text"]);
+  const label = Boolean(schema["x-label"]);
+  const short = min === 1 ? "must not be empty" : `is shorter than ${min}`;
+  return (value, where) => {
+    if (typeof value !== "string") return `${where} must be a string`;
+    // Code points lie between half the UTF-16 units and all of them: count them only when
+    // the units alone cannot settle a bound.
+    let size = value.length;
+    if ((min !== undefined && size < 2 * min) || (max !== undefined && size > max)) size = length(value);
+    if (min !== undefined && size < min) return `${where} ${short}`;
+    if (max !== undefined && size > max) return `${where} is longer than ${max}`;
+    if (form !== null && !form.test(value)) return `${where} is not in the allowed form`;
+    if (text && value.includes("\u0000")) return `${where} must not contain NUL`;
+    if (label) {
+      const reason = unsafeReason(value);
+      if (reason) return `${where}: ${reason}`;
+    }
+    return null;
+  };
+}
+
+function compileNumber(schema) {
+  const integer = schema.type === "integer";
+  const { minimum, maximum, exclusiveMinimum, exclusiveMaximum } = schema;
+  return (value, where) => {
+    if (typeof value !== "number" || !Number.isFinite(value)) return `${where} must be a number`;
+    if (integer && !Number.isInteger(value)) return `${where} must be a whole number`;
+    if (minimum !== undefined && value < minimum) return `${where} is below ${minimum}`;
+    if (maximum !== undefined && value > maximum) return `${where} is above ${maximum}`;
+    if (exclusiveMinimum !== undefined && value <= exclusiveMinimum) return `${where} is too small`;
+    if (exclusiveMaximum !== undefined && value >= exclusiveMaximum) return `${where} is too large`;
+    return null;
+  };
+}
+
+function compileArray(schema, root, depth) {
+  const { minItems, maxItems } = schema;
+  const items = isPlainObject(schema.items) ? child(schema.items, root, depth + 1) : null;
+  return (value, where) => {
+    if (!Array.isArray(value)) return `${where} must be a list`;
+    if (minItems !== undefined && value.length < minItems) return `${where} has too few items`;
+    if (maxItems !== undefined && value.length > maxItems) return `${where} has more than ${maxItems} items`;
+    if (items !== null) {
+      for (let i = 0; i < value.length; i++) {
+        const reason = items(value[i], `${where}[${i}]`);
+        if (reason) return reason;
+      }
+    }
+    return null;
+  };
+}
+
+// Whether `name` is in the value's fields, `skip` left out: what `name in {...value}` says
+// with `skip` removed from the copy (own enumerable keys, and Object.prototype's).
+function hasField(value, name, skip) {
+  return name !== skip && (Object.prototype.propertyIsEnumerable.call(value, name) || name in Object.prototype);
+}
+
+// `skip`: a key the value carries that is not one of its fields (an action's `type`).
+function compileObject(schema, root, depth, skip) {
+  const props = isPlainObject(schema.properties) ? schema.properties : {};
+  const fields = new Map();
+  for (const name of Object.keys(props)) {
+    const rule = props[name];
+    fields.set(name, rule === false ? false : isPlainObject(rule) ? child(rule, root, depth + 1) : ANYTHING);
+  }
+  const extra = schema.additionalProperties;
+  const others = extra === false ? false : isPlainObject(extra) ? child(extra, root, depth + 1) : ANYTHING;
+  const required = Array.isArray(schema.required) ? schema.required : [];
+  return (value, where) => {
+    if (!isPlainObject(value)) return `${where} must be an object`;
+    for (let i = 0; i < required.length; i++) {
+      const name = required[i];
+      if (skip === null ? !(name in value) : !hasField(value, name, skip)) return `${where}.${name} is required`;
+    }
+    const names = Object.keys(value);
+    for (let i = 0; i < names.length; i++) {
+      const name = names[i];
+      if (name === skip) continue;
+      const rule = fields.has(name) ? fields.get(name) : others;
+      if (rule === false) return `${where} has no field ${name.slice(0, 64)}`;
+      if (rule !== ANYTHING) {
+        const reason = rule(value[name], `${where}.${name}`);
+        if (reason) return reason;
+      }
+    }
+    return null;
+  };
+}
+
+const ACTION_CHECKS = new Map(
+  Object.keys(RULES.actions).map((type) => [type, compileSchema(RULES.actions[type], RULES.actions[type], 0, "type")]),
+);
+const PARAMS_CHECKS = new WeakMap(); // a view's params schema -> its validator
+
+function paramsCheck(schema) {
+  if (!isPlainObject(schema)) return ANYTHING;
+  let check = PARAMS_CHECKS.get(schema);
+  if (!check) PARAMS_CHECKS.set(schema, (check = compileSchema(schema, schema)));
+  return check;
 }
 
 /**
@@ -190,16 +276,15 @@ function checkSchema(value, schema, where, root, depth = 0) {
  */
 export function validateAction(action, views) {
   if (!isPlainObject(action)) return "the action must be an object";
-  const schema = Object.hasOwn(RULES.actions, action.type) ? RULES.actions[action.type] : null;
-  if (!schema) return `unknown action ${String(action.type).slice(0, 64)}`;
-  const { type: _type, ...fields } = action;
-  const reason = checkSchema(fields, schema, action.type, schema);
-  if (reason || action.type !== "open_view") return reason;
+  const type = action.type;
+  const check = typeof type === "string" ? ACTION_CHECKS.get(type) : undefined;
+  if (check === undefined) return `unknown action ${String(type).slice(0, 64)}`;
+  const reason = check(action, type);
+  if (reason || type !== "open_view") return reason;
   const view = (views || []).find((v) => v.name === action.view);
   if (!view) return `no view named ${action.view} is registered`;
   const params = action.params === undefined ? {} : action.params;
-  const paramsSchema = isPlainObject(view.params_schema) ? view.params_schema : {};
-  return checkLabels(params, "params") || checkSchema(params, paramsSchema, "params", paramsSchema);
+  return checkLabels(params, "params") || paramsCheck(view.params_schema)(params, "params");
 }
 
 /** Whether an action aimed at an older revision still fits the current view (same rule as the gateway). */
@@ -216,6 +301,41 @@ export function targetHolds(action, view) {
   return true;
 }
 
+// Set by HandlerContext's static block: the session's hold on a request's context.
+let abortRequest;
+let requestAborted;
+
+// What a page's handler gets as its second argument: {id, signal, revision}. The signal's
+// AbortController is made only when the handler asks for it; a cancel that came before
+// then gives it an aborted one.
+class HandlerContext {
+  #controller = null;
+  #aborted = false;
+  #reason = undefined;
+
+  constructor(id, revision) {
+    this.id = id;
+    this.revision = revision;
+  }
+
+  get signal() {
+    if (this.#controller === null) {
+      this.#controller = new AbortController();
+      if (this.#aborted) this.#controller.abort(this.#reason);
+    }
+    return this.#controller.signal;
+  }
+
+  static {
+    abortRequest = (context, reason) => {
+      if (context.#aborted) return;
+      context.#aborted = true;
+      context.#reason = reason;
+      if (context.#controller !== null) context.#controller.abort(reason);
+    };
+    requestAborted = (context) => context.#aborted;
+  }
+}
 function defaultTabId() {
   const key = "gateway.tab_id";
   try {
@@ -271,12 +391,13 @@ class GatewaySession extends EventTarget {
     this._webmcp = options.webmcp !== false;
     this._ws = null;
     this._attempt = 0;
-    this._requests = new Map(); // request id -> AbortController
+    this._requests = new Map(); // request id -> HandlerContext, while a handler's promise is pending
     this._calls = new Map(); // call id -> {resolve, tool}
     this._seq = 0;
     this._registration = null; // AbortController of the current WebMCP registrations
     this._registered = "";
     this._expiryTimer = null;
+    this._replyHead = null;
     this._retryTimer = null;
     this._first = null;
     this._listened = new Set();
@@ -368,7 +489,7 @@ class GatewaySession extends EventTarget {
     const wasConnected = this.connected;
     this.connected = false;
     this._ws = null;
-    for (const controller of this._requests.values()) controller.abort(new DOMException("the channel closed", "AbortError"));
+    for (const context of this._requests.values()) abortRequest(context, new DOMException("the channel closed", "AbortError"));
     this._requests.clear();
     for (const [id, pending] of this._calls) {
       pending.resolve({ tool: pending.tool, status: "unavailable", error: { code: "tab_unavailable", message: "the tab channel closed", retryable: true } });
@@ -430,10 +551,10 @@ class GatewaySession extends EventTarget {
       case "request":
         return void this._request(frame);
       case "cancel": {
-        const controller = this._requests.get(frame.id);
-        if (controller) {
+        const context = this._requests.get(frame.id);
+        if (context) {
           this._requests.delete(frame.id);
-          controller.abort(new DOMException(String(frame.reason || "cancelled"), "AbortError"));
+          abortRequest(context, new DOMException(String(frame.reason || "cancelled"), "AbortError"));
         }
         return this._emit("cancel", { id: frame.id, reason: frame.reason });
       }
@@ -467,6 +588,8 @@ class GatewaySession extends EventTarget {
     this.connected = true;
     this._attempt = 0;
     this.taskId = frame.task_id;
+    // A reply's task and tab, as JSON, for the replies written out directly.
+    this._replyHead = typeof this.taskId === "string" ? `"task_id":${JSON.stringify(this.taskId)},"tab_id":${JSON.stringify(this.tabId)}` : null;
     this.tools = Array.isArray(frame.tools) ? frame.tools : [];
     this.views = Array.isArray(frame.views) ? frame.views : [];
     clearTimeout(this._expiryTimer);
@@ -483,7 +606,8 @@ class GatewaySession extends EventTarget {
   }
 
   _request(frame) {
-    const { id, action } = frame;
+    const id = frame.id;
+    const action = frame.action;
     const invalid = validateAction(action, this.views);
     if (invalid) {
       this._emit("refused", { id, reason: invalid });
@@ -494,12 +618,11 @@ class GatewaySession extends EventTarget {
     if (frame.revision < this.revision && !targetHolds(action, this.snapshot())) {
       return this._emit("stale", { id, action });
     }
-    const controller = new AbortController();
-    this._requests.set(id, controller);
     // The action was parsed from this frame alone, so the page's handler can have it as is.
     const { type, ...args } = action;
     if (this._listened.has("request")) this._emit("request", { id, action: type, args });
     const aimedAt = this.revision;
+    const context = new HandlerContext(id, aimedAt);
     let value;
     try {
       if (type === "read_view") {
@@ -507,20 +630,22 @@ class GatewaySession extends EventTarget {
       } else {
         const handler = this._actions[type];
         if (typeof handler !== "function") throw Object.assign(new Error(`this page has no handler for ${type}`), { code: "unsupported_action" });
-        value = handler(args, { id, signal: controller.signal, revision: aimedAt });
+        value = handler(args, context);
       }
     } catch (error) {
-      return this._failed(id, controller, error);
+      return this._failed(id, context, error);
     }
-    // A handler that answers at once is replied to at once (no promise, no extra turn);
-    // one that returns a promise, when it settles.
+    // A handler that answers at once is replied to at once (no promise, no extra turn, and
+    // nothing to cancel: a cancel frame cannot arrive while it runs); one that returns a
+    // promise is cancellable until it settles.
     if (value !== null && typeof value === "object" && typeof value.then === "function") {
+      this._requests.set(id, context);
       Promise.resolve(value).then(
-        (settled) => this._applied(id, action, controller, aimedAt, settled),
-        (error) => this._failed(id, controller, error),
+        (settled) => this._applied(id, action, context, aimedAt, settled),
+        (error) => this._failed(id, context, error),
       );
     } else {
-      this._applied(id, action, controller, aimedAt, value);
+      this._applied(id, action, context, aimedAt, value);
     }
   }
 
@@ -535,19 +660,30 @@ class GatewaySession extends EventTarget {
     };
   }
 
-  _applied(id, action, controller, aimedAt, value) {
-    if (controller.signal.aborted) return;
+  _applied(id, action, context, aimedAt, value) {
+    if (requestAborted(context)) return;
     // The handler moved the page (or it moved while the handler worked) away from the
     // action's target: the gateway has cancelled it, and gets no reply.
     if (this.revision !== aimedAt && !targetHolds(action, this.snapshot())) return this._emit("stale", { id, action });
     this._requests.delete(id);
     const result = isPlainObject(value) ? value : {};
     if (this._listened.has("applied")) this._emit("applied", { id, action: action.type, result });
+    // The reply written out directly: the same bytes as JSON.stringify of
+    // {type, id, task_id, tab_id, revision, ok, result}, without building that object.
+    const ws = this._ws;
+    const head = this._replyHead;
+    if (head !== null && typeof id === "string" && Number.isSafeInteger(this.revision) && ws && ws.readyState === 1 && this.connected) {
+      const body = JSON.stringify(result);
+      if (body !== undefined) {
+        ws.send(`{"type":"reply","id":${JSON.stringify(id)},${head},"revision":${this.revision},"ok":true,"result":${body}}`);
+        return;
+      }
+    }
     this._reply(id, { ok: true, result });
   }
 
-  _failed(id, controller, error) {
-    if (controller.signal.aborted) return;
+  _failed(id, context, error) {
+    if (requestAborted(context)) return;
     this._requests.delete(id);
     const code = error && typeof error.code === "string" ? error.code : "handler_error";
     this._reply(id, { ok: false, error: { code, message: String((error && error.message) || error).slice(0, 500) } });
