@@ -4,8 +4,9 @@ after its owner is killed.
 
 Three `gateway serve` processes, PostgreSQL, NATS, an S3 server and HAProxy on loopback
 (gateway/testing/cluster.py). For each measure a task is owned by node 1 (its tab is
-connected there) and the same call is made by the parent-bridge client of the task on
-node 1 (same node) and on node 2 (cross node, routed over NATS), alternately:
+connected there) and the same call is made by an official MCP client of the task (one
+session each) on node 1 (same node) and on node 2 (cross node, routed over NATS),
+alternately:
 
 - a no-op call (`workspace.read` of a small file), a tab round trip (`ui.read_view`), a
   browser snapshot (`browser.snapshot` of a page of a small app on loopback);
@@ -29,6 +30,7 @@ import functools
 import sys
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -37,7 +39,8 @@ import nats
 
 from bench.browser import app_process
 from bench.report import percentile, write
-from gateway.testing.agents import bridge_client
+from gateway.registry import exposed_name
+from gateway.testing.agents import bridge_client, mcp_session
 from gateway.testing.cluster import LocalCluster
 from gateway.testing.control import ControlPlane, GatewayTask
 from gateway.testing.tab_client import ORIGIN, running_tab
@@ -47,6 +50,23 @@ GOAL_ADDED_MS = 1.0
 FAILOVER_GOAL_S = 5.0
 REVOCATIONS = 200  # tasks ended on node 3 under load, each watched on every node
 SCOPES = ("ui", "workspace:read", "workspace:write", "browser")
+
+
+@dataclass
+class Answer:
+    status: str
+
+
+class Agent:
+    """An MCP client of the task on one node, as an agent calls: one session, call after
+    call (the bridge's client would add its transcript's write to the object store)."""
+
+    def __init__(self, session: Any) -> None:
+        self.session = session
+
+    async def call(self, tool: str, args: dict[str, Any]) -> Answer:
+        result = await self.session.call_tool(exposed_name(tool), args)
+        return Answer(str((result.structured_content or {}).get("status")))
 
 
 async def nats_echo(url: str, rounds: int) -> list[float]:
@@ -200,14 +220,17 @@ async def run(rounds: int, workdir: Path) -> int:
             floor = await nats_echo(cluster.nats.url, rounds * 2)
             async with app_process() as app:
                 task = control.create_task(scopes=SCOPES, origins=[app])
-                async with running_tab([one.url], task):
-                    same, cross = bridge_client(one.url, task), bridge_client(two.url, task)
-                    write_file = await same.call(
-                        "workspace.write", {"path": "n.txt", "contents": "x"}, request_id="w"
-                    )
+                token = task.agent_token
+                async with (
+                    running_tab([one.url], task),
+                    mcp_session(one.url, token) as on_owner,
+                    mcp_session(two.url, token) as elsewhere,
+                ):
+                    same, cross = Agent(on_owner), Agent(elsewhere)
+                    write_file = await same.call("workspace.write", {"path": "n", "contents": "x"})
                     assert write_file.status == "succeeded", write_file
                     for measure, tool, args in (
-                        ("no-op call", "workspace.read", {"path": "n.txt"}),
+                        ("no-op call", "workspace.read", {"path": "n"}),
                         ("tab round trip", "ui.read_view", {}),
                     ):
                         a, b = await paired(
@@ -220,8 +243,8 @@ async def run(rounds: int, workdir: Path) -> int:
                     assert opened.status == "succeeded", opened
                     a, b = await paired(
                         max(10, rounds // 10),
-                        lambda: same.call("browser.snapshot", {}),
-                        lambda: cross.call("browser.snapshot", {}),
+                        functools.partial(same.call, "browser.snapshot", {}),
+                        functools.partial(cross.call, "browser.snapshot", {}),
                     )
                     rows.append(row("browser snapshot", a, b, floor))
             ends = await revocation(cluster, control, REVOCATIONS)

@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
+import json
 import logging
 import math
 import time
@@ -27,7 +29,7 @@ from collections import OrderedDict
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
-from itsdangerous import BadSignature, URLSafeTimedSerializer
+from itsdangerous import BadSignature, TimestampSigner
 
 from gateway.errors import GatewayError, ToolFailure
 from gateway.identity import TaskIdentity
@@ -80,7 +82,7 @@ class ClusterNode:
         self.pipeline = pipeline
         self.beat_s = beat_s
         self._keys = keys
-        self._signers: dict[str, URLSafeTimedSerializer] = {}
+        self._signers: dict[str, TimestampSigner] = {}
         self._bus: Bus | None = None
         self._mine: dict[str, int] = {}  # tasks this node owns, and their epoch
         self._others: dict[str, tuple[Owner, float]] = {}  # believed owners, and since when
@@ -101,12 +103,8 @@ class ClusterNode:
 
     @contextlib.asynccontextmanager
     async def running(self) -> AsyncIterator[None]:
-        # The newest key signs; every key verifies (the same rotation as task tokens).
-        keys = list(reversed(self._keys()))
-        self._signers = {
-            purpose: URLSafeTimedSerializer(keys, salt=f"gateway.cluster.{purpose}")
-            for purpose in ("call", "reply", "message")
-        }
+        keys = self._keys()
+        self._signers = {purpose: signer(keys, purpose) for purpose in ("call", "reply", "message")}
         self._bus = await self._connect_bus()
         try:
             await self._tell_freed(await self.ledger.join())
@@ -158,15 +156,23 @@ class ClusterNode:
     def _sign(self, purpose: str, value: Any) -> bytes:
         if not self._signers:
             raise RuntimeError("the cluster node is not started")
-        return self._signers[purpose].dumps(value).encode()
+        return self._signers[purpose].sign(json.dumps(value, separators=(",", ":")).encode())
 
-    def _verify(self, purpose: str, data: bytes, max_age_s: float) -> Any:
-        """The signed value, or None when the signature, purpose or age is wrong."""
+    def _open(self, purpose: str, data: bytes, max_age_s: float) -> tuple[Any, float] | None:
+        """The signed value and when it was signed, or None when the signature, purpose or
+        age is wrong."""
         try:
-            return self._signers[purpose].loads(data.decode(), max_age=math.ceil(max_age_s))
-        except (BadSignature, UnicodeDecodeError, KeyError):
+            body, signed_at = self._signers[purpose].unsign(
+                data, max_age=math.ceil(max_age_s), return_timestamp=True
+            )
+            return json.loads(body), signed_at.timestamp()
+        except (BadSignature, ValueError, KeyError):
             log.warning("cluster: ignored a %s message with a bad signature", purpose)
             return None
+
+    def _verify(self, purpose: str, data: bytes, max_age_s: float) -> Any:
+        opened = self._open(purpose, data, max_age_s)
+        return opened[0] if opened is not None else None
 
     # -- the Placement port ---------------------------------------------------------------
 
@@ -382,15 +388,12 @@ class ClusterNode:
     def _verify_call(self, data: bytes) -> dict[str, Any] | None:
         """A routed call's envelope: signed by a node of this cluster, and sent no longer
         ago than its own wait (a replay later runs nothing)."""
-        try:
-            call, signed_at = self._signers["call"].loads(
-                data.decode(), max_age=ENVELOPE_MAX_AGE_S, return_timestamp=True
-            )
-        except (BadSignature, UnicodeDecodeError, KeyError):
-            log.warning("cluster: refused a routed call with a bad signature")
+        opened = self._open("call", data, ENVELOPE_MAX_AGE_S)
+        if opened is None:
             return None
+        call, signed_at = opened
         # The signature's time has whole seconds: one more is allowed for it.
-        if time.time() - signed_at.timestamp() > float(call["wait_s"]) + 1:
+        if time.time() - signed_at > float(call["wait_s"]) + 1:
             log.warning("cluster: refused a routed call sent too long ago")
             return None
         verified: dict[str, Any] = call
@@ -519,6 +522,15 @@ class ClusterNode:
                     await self._ended_elsewhere(ended.task_id, ended.revoked_at, ended.reason)
             except GatewayError as exc:
                 log.warning("cluster: reading task ends failed: %s", exc)
+
+
+def signer(keys: list[str], purpose: str) -> TimestampSigner:
+    """What signs and verifies one kind of message between the nodes: the gateway's keys,
+    newest first (it signs; every key verifies, the rotation task tokens have), HMAC-SHA256
+    over the message's JSON bytes and the time it was signed."""
+    return TimestampSigner(
+        list(reversed(keys)), salt=f"gateway.cluster.{purpose}", digest_method=hashlib.sha256
+    )
 
 
 def _not_here() -> ToolFailure:

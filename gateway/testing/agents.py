@@ -75,6 +75,12 @@ class McpAgent:
             self._leave(30)
 
 
+def mcp_session(base_url: str, token: str) -> contextlib.AbstractAsyncContextManager[Any]:
+    """The official SDK's client on the MCP door with the task's agent token, for several
+    calls (`await session.call_tool(name, args)`)."""
+    return _sdk_client(base_url, token, None)
+
+
 @contextlib.asynccontextmanager
 async def _sdk_client(
     base_url: str, token: str, elicitation_callback: Callable[..., Any] | None

@@ -13,19 +13,22 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from itsdangerous import URLSafeTimedSerializer
 from pydantic import BaseModel
 from sqlalchemy import func, select
 
 from gateway.cluster import node as node_module
 from gateway.cluster.extension import install as join_cluster
 from gateway.cluster.node import ClusterNode
-from gateway.errors import TokenRevoked
+from gateway.errors import InvalidInput, TokenRevoked
+from gateway.identity import Actor, Sandbox
 from gateway.registry import Tool, ToolContext
 from gateway.results import Door, ErrorCode, ToolStatus
 from gateway.runtime import Gateway
+from gateway.sandbox.extension import install as install_sandboxes
+from gateway.sandbox_spec import Provision
 from gateway.settings import Settings
 from gateway.store import schema
+from gateway.tasks import TaskCreate
 from gateway.testing import test_settings
 from gateway.testing.nats import NatsServer, nats_server
 from gateway.testing.postgres import Cluster
@@ -314,13 +317,12 @@ async def test_routed_calls_that_are_forged_misdirected_or_replayed_run_nothing(
     }
 
     def signed(value: dict[str, Any], key: str) -> bytes:
-        return URLSafeTimedSerializer([key], salt="gateway.cluster.call").dumps(value).encode()
+        return node_module.signer([key], "call").sign(json.dumps(value).encode())
 
     async def send(data: bytes) -> dict[str, Any]:
         reply = await node_of(a).bus.request("gw.call.node-a", data, 10)
-        key = shared["secret_keys"][0]
-        answer: dict[str, Any] = URLSafeTimedSerializer([key], salt="gateway.cluster.reply").loads(
-            reply.decode()
+        answer: dict[str, Any] = json.loads(
+            node_module.signer(shared["secret_keys"], "reply").unsign(reply)
         )
         return answer
 
@@ -401,3 +403,34 @@ async def test_an_unsigned_end_message_ends_nothing(nodes: Nodes) -> None:
     await node_of(a).bus.publish("gw.ended", json.dumps(message).encode())
     await asyncio.sleep(1.2)  # past two reads of the ends, which find none
     assert (await a.tasks.authenticate(tokens["agent"], Purpose.AGENT)).task_id
+
+
+async def test_a_task_taken_from_a_node_with_its_browser_says_so_once(nodes: Nodes) -> None:
+    a = await nodes.start("node-a")
+    b = await nodes.start("node-b")
+    identity, _ = await new_task(a)
+    other, _ = await new_task(a)
+    for task_id in (identity.task_id, other.task_id):
+        await node_of(a).take(task_id)
+    await node_of(a).browser_opened(identity.task_id)  # only the first had a browser on a
+
+    for task_id in (identity.task_id, other.task_id):
+        await node_of(b).take(task_id)
+
+    told = node_of(b).browser_moved(identity.task_id)
+    assert told is not None and "lost" in told
+    assert node_of(b).browser_moved(identity.task_id) is None  # once
+    assert node_of(b).browser_moved(other.task_id) is None  # it had none to lose
+
+
+async def test_a_node_of_a_cluster_provisions_no_sandbox(nodes: Nodes) -> None:
+    a = await nodes.start("node-a")
+    install_sandboxes(a)
+    request = TaskCreate(
+        actor=Actor(id="user_1", role="admin"),
+        org_id="org_a",
+        sandbox=Sandbox(id="sb", provision=Provision(repository="example", commit="0" * 40)),
+    )
+    with pytest.raises(InvalidInput, match="cluster"):
+        await a.tasks.create(request)
+    assert a.tasks.live_ids() == []
