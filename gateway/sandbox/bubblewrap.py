@@ -145,7 +145,17 @@ def command_line(plan: JailPlan) -> list[str]:
         "--clearenv",
     ]
     argv += _system_mounts()
-    made: set[str] = set()
+    # The sandbox's own /tmp, nothing of the host's: a tmpfs of a fixed size (the memory it
+    # takes is counted by no resource limit), or the sandbox's own folder on disk. Mounted
+    # before the runtime's paths, which may lie under the host's /tmp (a checkout there).
+    if plan.tmp is not None:
+        argv += ["--bind", str(plan.tmp), "/tmp"]  # noqa: S108
+    else:
+        if plan.tmp_size is not None:
+            # With a size bubblewrap makes the tmpfs 0755 (root's) unless told otherwise.
+            argv += ["--perms", "01777", "--size", str(plan.tmp_size)]
+        argv += ["--tmpfs", "/tmp"]  # noqa: S108
+    made: set[str] = {"/tmp"}  # noqa: S108 - mounted above, with its own mode
     for path in plan.read_only:
         if not os.path.exists(path):
             continue
@@ -157,15 +167,6 @@ def command_line(plan: JailPlan) -> list[str]:
                 argv += ["--perms", "0755", "--dir", str(parent)]
         argv += ["--ro-bind", path, path]
     argv += ["--proc", "/proc", "--dev", "/dev"]
-    # The sandbox's own /tmp, nothing of the host's: a tmpfs of a fixed size (the memory it
-    # takes is counted by no resource limit), or the sandbox's own folder on disk.
-    if plan.tmp is not None:
-        argv += ["--bind", str(plan.tmp), "/tmp"]  # noqa: S108
-    else:
-        if plan.tmp_size is not None:
-            # With a size bubblewrap makes the tmpfs 0755 (root's) unless told otherwise.
-            argv += ["--perms", "01777", "--size", str(plan.tmp_size)]
-        argv += ["--tmpfs", "/tmp"]  # noqa: S108
     argv += ["--dir", "/run"]
     argv += ["--ro-bind", str(plan.checkout), APP_DIR, "--bind", str(plan.data), DATA_DIR]
     argv += ["--chdir", APP_DIR]

@@ -274,14 +274,20 @@ async def test_processes_left_of_sandbox_uids_are_killed_before_the_uids_are_use
 ) -> None:
     base = UID_BASE + 32
     settings = sandbox_settings(tmp_path / "data", app_repo, sandbox_uid_base=base)
-    before = as_sandbox_uid(base + 3)
-    async with live_gateway(settings) as live:
-        assert await exited(before) == -9  # at the gateway's start
-        later = as_sandbox_uid(base)
-        task_id = (await provision(live, app_repo.v1))["task_id"]
-        assert handle(live, task_id).uid == base
-        assert await exited(later) == -9  # before its slot's uid was used again
-        assert (await ask(live, task_id, "/version"))["version"] == "v1"
+    planted = [as_sandbox_uid(base + 3)]
+    try:
+        async with live_gateway(settings) as live:
+            assert await exited(planted[0]) == -9  # at the gateway's start
+            planted.append(as_sandbox_uid(base))
+            task_id = (await provision(live, app_repo.v1))["task_id"]
+            assert handle(live, task_id).uid == base
+            assert await exited(planted[1]) == -9  # before its slot's uid was used again
+            assert (await ask(live, task_id, "/version"))["version"] == "v1"
+    finally:
+        for process in planted:  # whatever the outcome, none is left running or unreaped
+            if process.poll() is None:
+                process.kill()
+            process.wait()
 
 
 # -- the data archive ---------------------------------------------------------------------
