@@ -123,3 +123,33 @@ class Repository(BaseModel):
             if not path.startswith("/"):
                 raise ValueError(f"{path!r} is not an absolute path")
         return value
+
+
+MIB = 1024 * 1024
+
+
+class Budgets(BaseModel):
+    """What one sandbox's files may take of the gateway's machine, whatever its limits say
+    (`GATEWAY_SANDBOX_BUDGETS`, JSON, docs/sandbox.md).
+
+    - `checkout_bytes`, `checkout_files`: any object of a registered repository can be
+      asked for by its hex id (even an unreachable one), so a checkout's size is the
+      task's choice, written to the gateway's disk: refused past these, before a byte is
+      written. Bytes count file contents, files count every entry.
+    - `data_bytes`, `data_entries`: the data folder (and /tmp, where it is a folder) in
+      allocated bytes, and entries (each costs an inode and time to count). No resource
+      limit bounds a folder's total, so a meter checks it every second: past it, the app
+      is stopped.
+    - `tmp_bytes`: the size of a tmpfs /tmp, memory that no resource limit counts.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    checkout_bytes: int = Field(default=256 * MIB, ge=1)
+    checkout_files: int = Field(default=50_000, ge=1)
+    data_bytes: int = Field(default=512 * MIB, ge=1)
+    data_entries: int = Field(default=100_000, ge=1)
+    tmp_bytes: int = Field(default=64 * MIB, ge=1)
+
+
+DEFAULT_BUDGETS = Budgets()

@@ -16,7 +16,13 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from gateway.origins import OriginError, normalize_origin
 from gateway.private_files import private_dir, write_private
-from gateway.sandbox_spec import DEFAULT_MAX_LIMITS, Limits, Repository
+from gateway.sandbox_spec import (
+    DEFAULT_BUDGETS,
+    DEFAULT_MAX_LIMITS,
+    Budgets,
+    Limits,
+    Repository,
+)
 
 
 def _split(value: object) -> object:
@@ -102,6 +108,8 @@ class Settings(BaseSettings):
     )
     sandbox_cgroup: str | None = None
     sandbox_keep_data_max_bytes: int = Field(default=64 * 1024 * 1024, ge=0)
+    # What one sandbox's files may take: its checkout, its data, its /tmp (JSON).
+    sandbox_budgets: Budgets = DEFAULT_BUDGETS
     example: bool = True
     example_port: int = Field(default=8001, ge=0, le=65535)
     # `gateway serve` gives each assistant task of the example its own sandbox of the app

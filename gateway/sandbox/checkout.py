@@ -30,15 +30,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
+from gateway.sandbox_spec import DEFAULT_BUDGETS
+
 from .errors import SandboxError, SandboxRefused, UnknownCommit
 
 GIT_TIMEOUT_S = 60.0
-# What one checkout may hold at most: any object of a registered repository can be asked
-# for by hex id (even an unreachable one), so its size is the task's choice, and it is
-# written to the gateway's disk. No setting holds these yet (docs/sandbox.md); a provider
-# passes its own to `extract`. Bytes count file contents, files count every entry.
-MAX_CHECKOUT_BYTES = 256 * 1024 * 1024
-MAX_CHECKOUT_FILES = 50_000
+# What one checkout may hold at most (`Budgets`: why; a provider passes its own).
+MAX_CHECKOUT_BYTES = DEFAULT_BUDGETS.checkout_bytes
+MAX_CHECKOUT_FILES = DEFAULT_BUDGETS.checkout_files
 # A link's target is a path: longer than PATH_MAX, it is not one.
 MAX_LINK_BYTES = 4095
 # git reads nothing of the caller's environment that could point it elsewhere.

@@ -37,6 +37,11 @@ def install(gw: Gateway) -> list[BaseRoute]:
             domain=settings.sandbox_domain,
             cgroup=CgroupParent.delegated(settings.sandbox_cgroup),
             keep_data_max_bytes=settings.sandbox_keep_data_max_bytes,
+            checkout_max_bytes=settings.sandbox_budgets.checkout_bytes,
+            checkout_max_files=settings.sandbox_budgets.checkout_files,
+            data_max_bytes=settings.sandbox_budgets.data_bytes,
+            data_max_entries=settings.sandbox_budgets.data_entries,
+            tmp_max_bytes=settings.sandbox_budgets.tmp_bytes,
         )
     )
 

@@ -48,7 +48,7 @@ from pathlib import Path
 from typing import Any, TypeVar, cast
 from urllib.parse import urlsplit
 
-from gateway.sandbox_spec import Limits, Provision, Repository
+from gateway.sandbox_spec import DEFAULT_BUDGETS, Limits, Provision, Repository
 
 from . import manifest
 from .bubblewrap import (
@@ -75,16 +75,12 @@ KILL_WAIT_S = 5.0
 INFO_TIMEOUT_S = 10.0
 LOG_TAIL_BYTES = 2000
 PROC = Path("/proc")
-# What one sandbox may keep on disk, its data folder and (when it is a folder) /tmp
-# together, in allocated bytes; and how many entries, since each one costs an inode and
-# time to count. No resource limit bounds a folder's total (the file size limit is per
-# file), so the meter checks it every `DISK_CHECK_INTERVAL_S`: an app can overshoot by
-# what it writes in that time. No setting holds these yet; `LocalProvider` takes others.
-DATA_MAX_BYTES = 512 * 1024 * 1024
-DATA_MAX_ENTRIES = 100_000
+# What one sandbox may keep on disk and in its /tmp (`Budgets`: why). The meter checks the
+# data every `DISK_CHECK_INTERVAL_S`: an app can overshoot by what it writes in that time.
+DATA_MAX_BYTES = DEFAULT_BUDGETS.data_bytes
+DATA_MAX_ENTRIES = DEFAULT_BUDGETS.data_entries
 DISK_CHECK_INTERVAL_S = 1.0
-# The size of a tmpfs /tmp: its pages are memory no resource limit counts.
-TMP_MAX_BYTES = 64 * 1024 * 1024
+TMP_MAX_BYTES = DEFAULT_BUDGETS.tmp_bytes
 
 
 class LocalSandbox(SandboxHandle):

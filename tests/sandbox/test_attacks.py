@@ -153,14 +153,20 @@ def test_a_commit_over_the_checkout_budget_is_refused_and_leaves_nothing(
     assert (written.files, sorted(p.name for p in dest.iterdir())) == (2, ["VERSION", "app.py"])
 
 
-async def test_a_commit_over_the_providers_checkout_budget_is_refused(
-    live: LiveGateway, app_repo: AppRepo
+async def test_a_commit_over_the_gateways_checkout_budget_is_refused(
+    tmp_path: Path, app_repo: AppRepo
 ) -> None:
-    local_provider(live).checkout_max_bytes = 100
-    error = await refused(live, provision_body(app_repo.v1))
-    assert (error["code"], error["details"]["field"]) == ("sandbox_refused", "commit")
-    assert error["details"]["max_bytes"] == 100
-    nothing_left(live)
+    settings = sandbox_settings(
+        tmp_path / "data",
+        app_repo,
+        sandbox_uid_base=UID_BASE + 64,
+        sandbox_budgets={"checkout_bytes": 100},
+    )
+    async with live_gateway(settings) as live:
+        error = await refused(live, provision_body(app_repo.v1))
+        assert (error["code"], error["details"]["field"]) == ("sandbox_refused", "commit")
+        assert error["details"]["max_bytes"] == 100
+        nothing_left(live)
 
 
 # -- an app filling the disk ------------------------------------------------------------
