@@ -180,16 +180,6 @@ class Ledger:
         freed: dict[str, list[Freed]] = await self._run("reap dead nodes", run)
         return freed
 
-    async def live_nodes(self) -> list[str]:
-        nodes = schema.nodes
-
-        async def run(conn: AsyncConnection) -> list[str]:
-            query = select(nodes.c.node_id).where(nodes.c.state == "live")
-            return list((await conn.execute(query)).scalars())
-
-        live: list[str] = await self._run("list live nodes", run)
-        return live
-
     # -- owners -----------------------------------------------------------------------
 
     async def owner(self, task_id: str) -> Owner | None:

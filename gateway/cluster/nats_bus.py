@@ -61,10 +61,6 @@ class NatsBus:
             raise BusError(f"cannot reach NATS at {url}: {exc}") from exc
         return cls(client, closing)
 
-    @property
-    def connected(self) -> bool:
-        return bool(self._client.is_connected)
-
     async def request(self, subject: str, data: bytes, timeout_s: float) -> bytes:
         if not self._client.is_connected:
             # While reconnecting, the client would hold the request until its deadline;

@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from gateway.identity import TaskIdentity
 from gateway.results import Door, ErrorCode, ToolResult, ToolStatus
 from gateway.tabs import ShowRunProgress, TabConfig, TabOutcome
 from gateway.testing.waiting import until
@@ -47,13 +48,18 @@ async def answer(tab: RawTab, task_id: str, request: dict[str, Any]) -> None:
     )
 
 
+async def ui_task(gateway: TabGateway) -> tuple[dict[str, Any], str, TaskIdentity]:
+    """A task that may use the UI tools: its answer, its id, and its stored identity."""
+    task = await gateway.create_task(scopes=["ui"])
+    identity = await gateway.gw.tasks.authenticate(task["tokens"]["tab"], Purpose.TAB)
+    return task, task["task_id"], identity
+
+
 async def test_a_busy_tab_refuses_at_once_what_it_cannot_take_and_answers_the_rest(
     busy_gateway: TabGateway, raw_tab_factory: Factory
 ) -> None:
     gateway = busy_gateway
-    task = await gateway.create_task(scopes=["ui"])
-    task_id = task["task_id"]
-    identity = await gateway.gw.tasks.authenticate(task["tokens"]["tab"], Purpose.TAB)
+    task, task_id, identity = await ui_task(gateway)
 
     def call(run_id: str) -> asyncio.Task[ToolResult]:
         return asyncio.create_task(
@@ -121,9 +127,7 @@ async def test_a_slow_tab_turns_away_an_action_whose_deadline_it_could_not_meet(
     busy_gateway: TabGateway, raw_tab_factory: Factory
 ) -> None:
     gateway = busy_gateway
-    task = await gateway.create_task(scopes=["ui"])
-    task_id = task["task_id"]
-    identity = await gateway.gw.tasks.authenticate(task["tokens"]["tab"], Purpose.TAB)
+    task, task_id, identity = await ui_task(gateway)
     hub = gateway.hub
 
     def send(run_id: str, deadline_s: float) -> asyncio.Task[TabOutcome]:
@@ -182,9 +186,7 @@ async def test_a_tab_that_leaves_fails_the_waiting_calls_as_unavailable(
     busy_gateway: TabGateway, raw_tab_factory: Factory
 ) -> None:
     gateway = busy_gateway
-    task = await gateway.create_task(scopes=["ui"])
-    task_id = task["task_id"]
-    identity = await gateway.gw.tasks.authenticate(task["tokens"]["tab"], Purpose.TAB)
+    task, task_id, identity = await ui_task(gateway)
     hub = gateway.hub
     async with raw_tab_factory(gateway.ws_url) as tab:
         await tab.hello(task["tokens"]["tab"])
