@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -109,9 +110,12 @@ async def test_concurrent_creates_admit_exactly_the_free_slots(live: Live) -> No
 
 
 async def test_an_expired_task_no_longer_holds_a_slot(live: Live) -> None:
-    [await live.create_task(ttl_s=1) for _ in range(LIMIT)]
+    # A task's life starts at its creation's whole second, so a TTL of n seconds lives
+    # between n-1 and n: three leave two for the five creates and the refused one.
+    held = [await live.create_task(ttl_s=3) for _ in range(LIMIT)]
     refused(await post(live.http, live.control))
-    await asyncio.sleep(1.1)  # the tasks' expiry is at most one second after creation
+    last = max(datetime.fromisoformat(task["expires_at"]) for task in held)
+    await asyncio.sleep(max(0.0, (last - datetime.now(UTC)).total_seconds()) + 0.1)
     assert (await post(live.http, live.control)).status_code == 201
 
 
