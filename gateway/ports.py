@@ -87,6 +87,11 @@ class ApprovalDesk(Protocol):
         ...
 
 
+# What a task's owner does for an errand another node sends it: given the task and the
+# errand's body, its answer; a `GatewayError` raised is the answer on the node that asked.
+Errand = Callable[[TaskIdentity, dict[str, Any]], Awaitable[dict[str, Any]]]
+
+
 # Told that this node no longer holds a task (its owner is another node now): let go of
 # what is held for it here, as on its end, but the task goes on elsewhere.
 ReleaseListener = Callable[[str], Awaitable[None]]
@@ -127,6 +132,17 @@ class Placement(Protocol):
 
     async def take(self, task_id: str) -> None:
         """The task's tab came to this node: it becomes the owner, whoever was."""
+        ...
+
+    def serve_errand(self, name: str, errand: Errand) -> None:
+        """What this node does when it owns a task and another node sends it errand `name`."""
+        ...
+
+    async def at_owner(
+        self, task_id: str, name: str, body: dict[str, Any]
+    ) -> dict[str, Any] | None:
+        """The owner's answer to errand `name`, when another live node owns the task; None
+        when it is done here (this node owns it, or no live node does). Claims nothing."""
         ...
 
     def on_release(self, listener: ReleaseListener) -> None: ...

@@ -6,6 +6,8 @@ verify one ignores it, so a publisher on the bus without the keys can neither en
 nor move one, nor answer for an owner):
 - `gw.call.<node>`: a call for a task `<node>` owns (request-reply); the envelope names
   the node it is for, expires with the call's deadline, and runs once;
+- `gw.errand.<node>`: something other than a call that only the owner can do for a task
+  (a person's answer to an approval the owner waits on), signed and run once the same way;
 - `gw.owner`: a task changed owner, or was let go (so the node that held it lets go);
 - `gw.ended`: a task ended (every node refuses its tokens and lets go of it); each node
   also reads the ends committed in the last `ENDS_LOOKBACK_S` every `POLL_ENDS_S`, so a lost
@@ -34,8 +36,9 @@ from itsdangerous import BadSignature, TimestampSigner
 from gateway.errors import GatewayError, ToolFailure
 from gateway.identity import TaskIdentity
 from gateway.pipeline import Pipeline
-from gateway.ports import ReleaseListener
+from gateway.ports import Errand, ReleaseListener
 from gateway.results import Door, ErrorCode, ToolResult, ToolStatus
+from gateway.store.database import new_id
 from gateway.tasks import TaskService
 
 from .bus import Bus, BusError, BusTimeout, NoResponder
@@ -44,6 +47,7 @@ from .ledger import Freed, Ledger, Owner
 log = logging.getLogger(__name__)
 
 CALLS = "gw.call.{node}"
+ERRANDS = "gw.errand.{node}"
 OWNER = "gw.owner"
 ENDED = "gw.ended"
 POLL_ENDS_S = 0.5
@@ -61,6 +65,8 @@ ROUTE_MARGIN_S = 5.0
 SEEN_CALLS = 10_000
 # A signed broadcast older than this is ignored (a replay; the bus delivers in milliseconds).
 ENVELOPE_MAX_AGE_S = 600
+# The wait for an owner to do an errand (a person's answer: a database write).
+ERRAND_WAIT_S = 10.0
 
 
 class ClusterNode:
@@ -95,6 +101,7 @@ class ClusterNode:
         # Ends heard from other nodes: told to this node's listeners, not announced again.
         self._heard: set[str] = set()
         self._seen_calls: OrderedDict[str, float] = OrderedDict()
+        self._errands: dict[str, Errand] = {}
         self._loops: list[asyncio.Task[None]] = []
         self.routed_out = 0
         self.routed_in = 0
@@ -104,11 +111,14 @@ class ClusterNode:
     @contextlib.asynccontextmanager
     async def running(self) -> AsyncIterator[None]:
         keys = self._keys()
-        self._signers = {purpose: signer(keys, purpose) for purpose in ("call", "reply", "message")}
+        self._signers = {
+            purpose: signer(keys, purpose) for purpose in ("call", "errand", "reply", "message")
+        }
         self._bus = await self._connect_bus()
         try:
             await self._tell_freed(await self.ledger.join())
             await self._bus.subscribe(CALLS.format(node=self.node_id), self._serve_call)
+            await self._bus.subscribe(ERRANDS.format(node=self.node_id), self._serve_errand)
             await self._bus.subscribe(OWNER, self._heard_owner)
             await self._bus.subscribe(ENDED, self._heard_end)
             self._loops = [
@@ -404,6 +414,102 @@ class ClusterNode:
         while len(self._seen_calls) > SEEN_CALLS:
             self._seen_calls.popitem(last=False)
 
+    # -- errands --------------------------------------------------------------------------
+
+    def serve_errand(self, name: str, errand: Errand) -> None:
+        self._errands[name] = errand
+
+    async def at_owner(
+        self, task_id: str, name: str, body: dict[str, Any]
+    ) -> dict[str, Any] | None:
+        """The owner's answer to the errand `name`, when another node owns the task; None
+        when it is done here: this node owns the task, or no live node does (then nothing
+        waits on another node either). It claims nothing: a person's answer does not
+        move a task."""
+        for _ in range(2):  # a stale belief about the owner costs one more try
+            if task_id in self._mine:
+                return None
+            owner = await self.ledger.owner(task_id)
+            if owner is None or owner.revoked or owner.node_id in (None, self.node_id):
+                return None
+            envelope = {
+                "to": owner.node_id,
+                "task_id": task_id,
+                "errand": name,
+                "body": body,
+                "id": new_id("errand"),
+                "wait_s": ERRAND_WAIT_S,
+            }
+            answer = await self._send_errand(owner.node_id, envelope)
+            if not answer.get("not_owner"):
+                if "error" in answer:
+                    raise relayed(answer["error"])
+                result: dict[str, Any] = answer["answer"]
+                return result
+        return None
+
+    async def _send_errand(self, node: str, envelope: dict[str, Any]) -> dict[str, Any]:
+        try:
+            reply = await self.bus.request(
+                ERRANDS.format(node=node), self._sign("errand", envelope), ERRAND_WAIT_S
+            )
+        except BusError as exc:
+            # A dead owner's questions died with it (the call that asked is gone); a slow
+            # one may still have done it, which asking again tells.
+            unanswered = "is not answering" if isinstance(exc, NoResponder) else "did not answer"
+            raise ErrandError(
+                f"the gateway node that holds this task ({node}) {unanswered}; try again",
+                code=ErrorCode.UNAVAILABLE,
+                retryable=True,
+                details={"retry_after_s": math.ceil(self.beat_s * (MISSED_BEATS + 1))},
+                http_status=503,
+            ) from None
+        answer = self._verify("reply", reply, ERRAND_WAIT_S + ROUTE_MARGIN_S)
+        if not isinstance(answer, dict) or answer.get("id") != envelope["id"]:
+            raise ErrandError(
+                f"the answer from node {node} could not be verified (do the nodes share "
+                "their keys?)",
+                code=ErrorCode.UNAVAILABLE,
+                retryable=True,
+                http_status=503,
+            )
+        if answer.get("refused"):
+            raise ErrandError(
+                f"node {node} refused the errand: {answer['refused']}",
+                code=ErrorCode.UNAVAILABLE,
+                retryable=True,
+                http_status=503,
+            )
+        return answer
+
+    async def _serve_errand(self, data: bytes) -> bytes:
+        opened = self._open("errand", data, ENVELOPE_MAX_AGE_S)
+        if opened is None:
+            return self._sign("reply", {"id": None, "refused": "a bad or stale envelope"})
+        envelope, signed_at = opened
+        errand_id = envelope["id"]
+        # The signature's time has whole seconds: one more is allowed for it.
+        if time.time() - signed_at > float(envelope["wait_s"]) + 1:
+            return self._sign("reply", {"id": errand_id, "refused": "sent too long ago"})
+        if envelope.get("to") != self.node_id:
+            return self._sign("reply", {"id": errand_id, "refused": "sent to another node"})
+        if errand_id in self._seen_calls:
+            return self._sign("reply", {"id": errand_id, "refused": "already done here"})
+        errand = self._errands.get(envelope["errand"])
+        if errand is None:
+            return self._sign("reply", {"id": errand_id, "refused": "an unknown errand"})
+        task_id = envelope["task_id"]
+        try:
+            record = await self.tasks.record(task_id)
+            if task_id not in self._mine or record is None:
+                return self._sign("reply", {"id": errand_id, "not_owner": True})
+            self._remember(errand_id)
+            answer = await errand(record.identity, envelope["body"])
+        except GatewayError as exc:
+            error = {**exc.to_json()["error"], "http_status": exc.http_status}
+            return self._sign("reply", {"id": errand_id, "error": error})
+        return self._sign("reply", {"id": errand_id, "answer": answer})
+
     # -- owners ---------------------------------------------------------------------------
 
     async def _own(self, task_id: str, owner: Owner) -> None:
@@ -530,6 +636,33 @@ def signer(keys: list[str], purpose: str) -> TimestampSigner:
     over the message's JSON bytes and the time it was signed."""
     return TimestampSigner(
         list(reversed(keys)), salt=f"gateway.cluster.{purpose}", digest_method=hashlib.sha256
+    )
+
+
+class ErrandError(GatewayError):
+    """An errand that failed: on the owner (relayed as it was raised there) or on its way."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        code: str,
+        http_status: int,
+        retryable: bool = False,
+        details: dict[str, Any] | None = None,
+    ) -> None:
+        super().__init__(message, code=code, retryable=retryable, details=details)
+        self.http_status = http_status
+
+
+def relayed(error: dict[str, Any]) -> ErrandError:
+    """The error another node answered with, raised here as it was raised there."""
+    return ErrandError(
+        str(error.get("message", "")),
+        code=str(error.get("code", ErrorCode.UNAVAILABLE)),
+        retryable=bool(error.get("retryable", False)),
+        details=error.get("details"),
+        http_status=int(error.get("http_status", 500)),
     )
 
 

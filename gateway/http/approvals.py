@@ -3,7 +3,7 @@ plane's answer (for hosts whose backend decides after its own user check)."""
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, StringConstraints
 from starlette.requests import Request
@@ -12,8 +12,11 @@ from starlette.routing import BaseRoute, Route
 
 from gateway.approvals.broker import Decision
 from gateway.http.edge import Access, parse_body, read_json
-from gateway.identity import Name
+from gateway.identity import Name, TaskIdentity
 from gateway.runtime import Gateway
+
+# The errand a node sends the task's owner with a control-plane decision.
+DECIDE = "approval.decide"
 
 
 class Approver(BaseModel):
@@ -49,15 +52,11 @@ def routes(gw: Gateway) -> list[BaseRoute]:
             }
         )
 
-    async def decide(request: Request) -> Response:
-        access.require_control(request)
-        task_id = request.path_params["task_id"]
-        record = await gw.tasks.get(task_id)
-        body = await read_json(request, gw.settings.max_body_bytes)
-        answer = parse_body(ControlDecision, body, "the decision is invalid")
+    async def decide_here(identity: TaskIdentity, body: dict[str, Any]) -> dict[str, Any]:
+        answer = ControlDecision.model_validate(body["answer"])
         decided = await gw.approvals.decide(
-            record.identity,
-            request.path_params["approval_id"],
+            identity,
+            body["approval_id"],
             Decision(
                 answer.decision,
                 answer.scope,
@@ -67,7 +66,24 @@ def routes(gw: Gateway) -> list[BaseRoute]:
                 answer.message,
             ),
         )
-        return JSONResponse(decided.public())
+        return decided.public()
+
+    async def decide(request: Request) -> Response:
+        access.require_control(request)
+        task_id = request.path_params["task_id"]
+        record = await gw.tasks.get(task_id)
+        body = await read_json(request, gw.settings.max_body_bytes)
+        answer = parse_body(ControlDecision, body, "the decision is invalid")
+        errand = {"approval_id": request.path_params["approval_id"], "answer": answer.model_dump()}
+        if gw.placement is not None:
+            # The request waits on the task's owner, which may be another node.
+            decided = await gw.placement.at_owner(task_id, DECIDE, errand)
+            if decided is not None:
+                return JSONResponse(decided)
+        return JSONResponse(await decide_here(record.identity, errand))
+
+    if gw.placement is not None:
+        gw.placement.serve_errand(DECIDE, decide_here)
 
     return [
         Route("/v1/tasks/{task_id}/approvals", listing, methods=["GET"]),

@@ -12,15 +12,20 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 from pydantic import BaseModel
 from sqlalchemy import func, select
+from starlette.applications import Starlette
 
+from gateway.app import build_app
+from gateway.approval_policy import ApprovalPolicy
 from gateway.cluster import node as node_module
 from gateway.cluster.extension import install as join_cluster
 from gateway.cluster.node import ClusterNode
 from gateway.errors import InvalidInput, TokenRevoked
-from gateway.identity import Actor, Sandbox
+from gateway.http.approvals import routes as approval_routes
+from gateway.identity import Actor, Sandbox, TaskIdentity
 from gateway.registry import Tool, ToolContext
 from gateway.results import Door, ErrorCode, ToolStatus
 from gateway.runtime import Gateway
@@ -119,11 +124,22 @@ class Nodes:
         self.tmp_path = tmp_path
         self.shared = shared
         self.gateways: dict[str, Gateway] = {}
+        self.apps: dict[str, Starlette] = {}
         self.ran = Ran()
+
+    def http(self, name: str) -> httpx.AsyncClient:
+        transport = httpx.ASGITransport(app=self.apps[name])
+        return httpx.AsyncClient(
+            transport=transport,
+            base_url="http://127.0.0.1",
+            headers={"authorization": f"Bearer {self.shared['control_key']}"},
+        )
 
     async def start(self, name: str) -> Gateway:
         gw = Gateway(node_settings(self.tmp_path, name, self.shared))
-        join_cluster(gw)
+        # The node's HTTP door for approvals, served in process (the gateway is started
+        # here, not by the app's lifespan).
+        self.apps[name] = build_app(gateway=gw, extensions=[join_cluster, approval_routes])
         for tool in tools(name, self.ran):
             gw.registry.add(tool)
         await gw.start()
@@ -434,3 +450,103 @@ async def test_a_node_of_a_cluster_provisions_no_sandbox(nodes: Nodes) -> None:
     with pytest.raises(InvalidInput, match="cluster"):
         await a.tasks.create(request)
     assert a.tasks.live_ids() == []
+
+
+DECISION = {"decision": "approve", "approver": {"id": "admin_1", "role": "admin"}}
+
+
+async def asking(gw: Gateway, identity: TaskIdentity) -> tuple[asyncio.Future[Any], str]:
+    """A side-effect call on `gw` that waits for a person's answer, and its approval."""
+    call = asyncio.ensure_future(gw.pipeline.call(identity, "test.write", {}, door=Door.MCP))
+    await until(lambda: bool(gw.approvals.pending(identity.task_id)), "the call asked")
+    return call, gw.approvals.pending(identity.task_id)[0].id
+
+
+async def test_a_decision_sent_to_any_node_reaches_the_owner_that_waits(nodes: Nodes) -> None:
+    a = await nodes.start("node-a")
+    b = await nodes.start("node-b")
+    identity, _ = await new_task(a, approvals=ApprovalPolicy(required=("test.write",)))
+    await node_of(a).take(identity.task_id)
+    call, approval_id = await asking(a, identity)
+    url = f"/v1/tasks/{identity.task_id}/approvals"
+
+    async with nodes.http("node-b") as http:
+        listed = (await http.get(url)).json()["approvals"]
+        assert [(x["approval_id"], x["status"]) for x in listed] == [(approval_id, "pending")]
+        unknown = await http.post(f"{url}/apr_unknown", json=DECISION)
+        assert (unknown.status_code, unknown.json()["error"]["code"]) == (404, "not_found")
+
+        answer = await http.post(f"{url}/{approval_id}", json=DECISION)
+        assert answer.status_code == 200, answer.text
+        assert answer.json()["status"] == "approved"
+        assert answer.json()["decision"]["approver"]["id"] == "admin_1"
+        result = await asyncio.wait_for(call, 10)
+        assert (result.status, result.output) == (ToolStatus.SUCCEEDED, {"node": "node-a"})
+
+        again = await http.post(f"{url}/{approval_id}", json=DECISION)
+        assert (again.status_code, again.json()["error"]["code"]) == (409, "conflict")
+    # The answer moved nothing: the task stays with the node that waited on it.
+    assert node_of(b).owned() == {}
+    assert node_of(a).owned() == {identity.task_id: 1}
+
+
+async def test_an_errand_that_is_forged_or_replayed_decides_nothing(
+    nodes: Nodes, shared: dict[str, Any]
+) -> None:
+    a = await nodes.start("node-a")
+    identity, _ = await new_task(a, approvals=ApprovalPolicy(required=("test.write",)))
+    await node_of(a).take(identity.task_id)
+    call, approval_id = await asking(a, identity)
+    errand: dict[str, Any] = {
+        "to": "node-a",
+        "task_id": identity.task_id,
+        "errand": "approval.decide",
+        "body": {"approval_id": approval_id, "answer": DECISION},
+        "id": "errand_forged1",
+        "wait_s": 10,
+    }
+
+    def signed(value: dict[str, Any], key: str) -> bytes:
+        return node_module.signer([key], "errand").sign(json.dumps(value).encode())
+
+    async def send(data: bytes) -> dict[str, Any]:
+        reply = await node_of(a).bus.request("gw.errand.node-a", data, 10)
+        answer: dict[str, Any] = json.loads(
+            node_module.signer(shared["secret_keys"], "reply").unsign(reply)
+        )
+        return answer
+
+    # Signed with a key that is not the cluster's, not signed, signed as a call, or for
+    # another node: refused, and the call still waits.
+    assert "refused" in await send(signed(errand, new_key()))
+    assert "refused" in await send(json.dumps(errand).encode())
+    as_call = node_module.signer(shared["secret_keys"], "call").sign(json.dumps(errand).encode())
+    assert "refused" in await send(as_call)
+    assert "refused" in await send(signed({**errand, "to": "node-b"}, shared["secret_keys"][0]))
+    assert [r.status for r in a.approvals.pending(identity.task_id)] == ["pending"]
+    # The genuine one decides; the same envelope again is refused before anything runs.
+    genuine = signed(errand, shared["secret_keys"][0])
+    assert (await send(genuine))["answer"]["status"] == "approved"
+    assert "refused" in await send(genuine)
+    assert (await asyncio.wait_for(call, 10)).status is ToolStatus.SUCCEEDED
+
+
+async def test_a_decision_for_a_dead_owner_is_a_retryable_503(nodes: Nodes) -> None:
+    a = await nodes.start("node-a")
+    await nodes.start("node-b")
+    identity, _ = await new_task(a, approvals=ApprovalPolicy(required=("test.write",)))
+    await node_of(a).take(identity.task_id)
+    call, approval_id = await asking(a, identity)
+    for loop in node_of(a)._loops:  # node a vanishes as a killed process would
+        loop.cancel()
+    await node_of(a).bus.close()
+
+    async with nodes.http("node-b") as http:
+        answer = await http.post(
+            f"/v1/tasks/{identity.task_id}/approvals/{approval_id}", json=DECISION
+        )
+    assert answer.status_code == 503, answer.text
+    error = answer.json()["error"]
+    assert (error["code"], error["retryable"]) == ("unavailable", True)
+    assert "node-a" in error["message"]
+    call.cancel()
