@@ -37,6 +37,11 @@ log = logging.getLogger(__name__)
 
 EndListener = Callable[[str, str], Awaitable[None]]
 
+# What `TaskService.create` makes a task id of: `task_` and 12 random bytes in hex. The shim
+# checks a dashboard's task id hint against it (gateway/tabs/rules.py) before putting it in
+# a URL.
+TASK_ID_PATTERN = r"^task_[0-9a-f]{24}$"
+
 
 class TaskStatus(StrEnum):
     """A task's state, as `GET /v1/tasks/{id}` says it."""

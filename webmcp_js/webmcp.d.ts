@@ -50,6 +50,11 @@ export interface ConnectOptions {
   gateway: string;
   /** The task's tab token, from the host page's own backend. Sent in the first frame only. */
   token: string;
+  /** The task's id (`task_` and 24 lowercase hex digits), as the control plane returned it
+   * when it made the task. Sent as `?task=` in the websocket URL: a cluster's balancer routes
+   * on it, so the tab reaches the node that holds its task. Only a hint; the gateway reads
+   * the task from the token. A value that is not a task id makes connectGateway throw. */
+  task?: string;
   /** Defaults to a per-tab id kept in sessionStorage. */
   tabId?: string;
   actions?: ActionHandlers;

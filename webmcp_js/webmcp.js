@@ -2,12 +2,14 @@
 // register the task's tool catalog as WebMCP tools so a browser agent can call them.
 //
 //   import { connectGateway } from "<gateway>/webmcp.js";
-//   const session = await connectGateway({ gateway, token, actions, view, webmcp: true });
+//   const session = await connectGateway({ gateway, token, task, actions, view, webmcp: true });
 //
 // A plain ES module with no dependencies and no build step. The token travels only in the
-// first websocket frame (never in a URL). Every UI action the gateway sends is validated
-// against the same closed allowlist the gateway uses before the page's handler sees it, and
-// its strings are handed over as data: handlers must display them as text (textContent).
+// first websocket frame (never in a URL); the task id, when given, travels in the URL as
+// `?task=`, so that a cluster's balancer sends the tab to the node that holds its task.
+// Every UI action the gateway sends is validated against the same closed allowlist the
+// gateway uses before the page's handler sees it, and its strings are handed over as data:
+// handlers must display them as text (textContent).
 
 import { ApprovalPanel } from "./approval.js";
 import { RULES } from "./tab-rules.js";
@@ -29,6 +31,7 @@ export const CLOSE = Object.freeze({
 const FINAL_CLOSES = new Set([CLOSE.POLICY, CLOSE.SUPERSEDED, CLOSE.TASK_ENDED, CLOSE.TOKEN_EXPIRED]);
 
 const TAB_ID = new RegExp(RULES.ids.tab);
+const TASK_ID = new RegExp(RULES.ids.task);
 const CONTROL = new RegExp(RULES.label.control);
 const WHITESPACE = new RegExp(RULES.label.whitespace, "g");
 const URL_SCHEME = new RegExp(RULES.label.url);
@@ -349,12 +352,13 @@ function defaultTabId() {
   }
 }
 
-function wsUrl(gateway) {
+// `task`: the balancer's locality hint only; the gateway reads the task from the token.
+function wsUrl(gateway, task) {
   const base = new URL(gateway, globalThis.location ? globalThis.location.href : undefined);
   if (base.protocol !== "http:" && base.protocol !== "https:") throw new Error("gateway must be an http(s) URL");
   base.protocol = base.protocol === "https:" ? "wss:" : "ws:";
   base.pathname = `${base.pathname.replace(/\/+$/, "")}/v1/tabs`;
-  base.search = "";
+  base.search = task === undefined ? "" : new URLSearchParams({ task }).toString();
   base.hash = "";
   return base.href;
 }
@@ -374,8 +378,12 @@ class GatewaySession extends EventTarget {
   constructor(options) {
     super();
     if (!options || typeof options.token !== "string" || !options.token) throw new Error("connectGateway needs a token");
+    const task = options.task ?? undefined;
+    if (task !== undefined && (typeof task !== "string" || !TASK_ID.test(task))) {
+      throw new Error(`connectGateway's task must be the task's id (${RULES.ids.task})`);
+    }
     this.gateway = String(options.gateway);
-    this.url = wsUrl(this.gateway);
+    this.url = wsUrl(this.gateway, task);
     this.tabId = options.tabId || defaultTabId();
     if (!TAB_ID.test(this.tabId)) throw new Error("tabId must be 1 to 128 of [A-Za-z0-9_.:-]");
     this.taskId = null;

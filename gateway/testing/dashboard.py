@@ -45,7 +45,12 @@ class DashboardPage:
         # Mostly there once the page has loaded; waiting costs a few animation frames more.
         if not self.page.evaluate(hooked, hook):
             self.page.wait_for_function(hooked, arg=hook, timeout=timeout_ms)
-        handoff = {"gateway": self.control.base_url, "token": self.task.tab_token}
+        # The task id is the shim's locality hint (a cluster's balancer hashes on it).
+        handoff = {
+            "gateway": self.control.base_url,
+            "token": self.task.tab_token,
+            "task": self.task.task_id,
+        }
         self.page.evaluate("([hook, handoff]) => window[hook](handoff)", [hook, handoff])
         self.wait_connected(timeout_s)
         return self

@@ -267,7 +267,7 @@ export function startAssistant(panel, gatewayUrl) {
   }
 
   // The dashboard's backend hands out the task (its control plane made it); a test suite
-  // that made the task itself hands it over instead (`handed`: {gateway, token}).
+  // that made the task itself hands it over instead (`handed`: {gateway, token, task?}).
   async function grantFromBackend() {
     const response = await fetch("/api/assistant/session", {
       method: "POST",
@@ -286,11 +286,13 @@ export function startAssistant(panel, gatewayUrl) {
       setStatus("connecting");
       openButton.disabled = true;
       try {
-        const grant = handed ? { tab_token: handed.token, task_id: "" } : await grantFromBackend();
+        const grant = handed ? { tab_token: handed.token, task_id: handed.task } : await grantFromBackend();
         const shim = await import(`${gatewayUrl}/webmcp.js`);
         const opened = await shim.connectGateway({
           gateway: gatewayUrl,
           token: grant.tab_token,
+          // The task's id routes the channel to the cluster node that holds the task.
+          task: grant.task_id,
           actions,
           view: () => currentView(),
           webmcp: true,
@@ -331,7 +333,7 @@ export function startAssistant(panel, gatewayUrl) {
   // The handoff hook of the gateway's pytest plugin: connect with a task made by the test.
   window.gatewayConnect = async (handoff) => {
     if (handoff.gateway !== gatewayUrl) throw new Error("this dashboard talks to " + gatewayUrl);
-    const opened = await open({ token: handoff.token });
+    const opened = await open({ token: handoff.token, task: handoff.task });
     return { task_id: opened.taskId, tab_id: opened.tabId };
   };
   window.syntheticAssistant = {
