@@ -332,7 +332,7 @@ async def test_an_artifact_written_on_node_1_is_read_through_node_3_after_node_1
     answer = await bridge_client(one.url, task).call(
         "workspace.write", {"path": "a.txt", "contents": "kept"}, request_id="art-1"
     )
-    assert answer.status == "succeeded", answer
+    assert answer.status == "succeeded", answer.error
     transcript = answer.artifacts.transcripts[0]
     cluster.kill(one)
     async with httpx.AsyncClient(
