@@ -7,12 +7,13 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
 import httpx
 import pytest
 
+from gateway.bridge.envelopes import ParentToolResult
 from gateway.testing.agents import bridge_client, mcp_call
 from gateway.testing.cluster import LocalCluster
 from gateway.testing.control import ControlPlane, GatewayTask
@@ -300,6 +301,21 @@ def epoch_of(cluster: LocalCluster, node_url: str, task_id: str) -> int:
     return epoch
 
 
+async def succeeded(
+    call: Callable[[], Awaitable[ParentToolResult]], within_s: float = 30
+) -> ParentToolResult:
+    """The call's answer once it succeeds, asked again while every refusal is retryable, as
+    a bridge client does."""
+    deadline = time.monotonic() + within_s
+    while True:
+        answer = await call()
+        if answer.status == "succeeded":
+            return answer
+        assert answer.error is not None and answer.error.retryable, answer.error
+        assert time.monotonic() < deadline, answer.error
+        await asyncio.sleep(0.2)
+
+
 def back_elsewhere(tab: Any) -> bool:
     """The tab lost its first connection and has another now."""
     return len(tab.connections) >= 2 and bool(tab.connected.is_set())
@@ -313,15 +329,7 @@ async def test_calls_resume_after_nats_restarts(
     async with running_tab([one.url], task):
         assert (await bridge_client(two.url, task).call("ui.read_view", {})).status == "succeeded"
         cluster.restart_nats()
-        answer = None
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            answer = await bridge_client(two.url, task).call("ui.read_view", {})
-            if answer.status == "succeeded":
-                break
-            assert answer.error is not None and answer.error.retryable, answer
-            await asyncio.sleep(0.2)
-        assert answer is not None and answer.status == "succeeded", answer
+        await succeeded(lambda: bridge_client(two.url, task).call("ui.read_view", {}))
 
 
 async def test_an_artifact_written_on_node_1_is_read_through_node_3_after_node_1_dies(
@@ -329,10 +337,14 @@ async def test_an_artifact_written_on_node_1_is_read_through_node_3_after_node_1
 ) -> None:
     one, _, three = cluster.nodes
     task = control.create_task(scopes=SCOPES)
-    answer = await bridge_client(one.url, task).call(
-        "workspace.write", {"path": "a.txt", "contents": "kept"}, request_id="art-1"
+    # Asked again under its request id (its idempotency key) while the answer says to: a
+    # cluster just through a NATS restart may still be settling.
+    answer = await succeeded(
+        lambda: bridge_client(one.url, task).call(
+            "workspace.write", {"path": "a.txt", "contents": "kept"}, request_id="art-1"
+        ),
+        within_s=10,
     )
-    assert answer.status == "succeeded", answer.error
     transcript = answer.artifacts.transcripts[0]
     cluster.kill(one)
     async with httpx.AsyncClient(
