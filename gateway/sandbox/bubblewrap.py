@@ -18,6 +18,8 @@
   gateway dies.
 - `setpriv` gives root up for the sandbox's own user inside, with no capabilities (also
   none in the bounding set), no supplementary groups and `no_new_privs`.
+- A seccomp filter (`gateway/sandbox/seccomp.py`), installed by bwrap, refuses the app
+  new user namespaces, the one kind an unprivileged process could still make.
 
 The app receives its listening unix socket as standard input (fd 0, as inetd and
 systemd's socket activation hand it); its standard output and error go to a log file.
@@ -78,6 +80,8 @@ class JailPlan:
     # /tmp: a tmpfs of `tmp_size` bytes, or, when `tmp` is given, that host folder bound.
     tmp_size: int | None = None
     tmp: Path | None = None
+    # A seccomp program (gateway/sandbox/seccomp.py) bwrap installs before the app starts.
+    seccomp_fd: int | None = None
 
 
 @functools.cache
@@ -174,6 +178,8 @@ def command_line(plan: JailPlan) -> list[str]:
         argv += ["--setenv", name, value]
     if plan.info_fd is not None:
         argv += ["--info-fd", str(plan.info_fd)]
+    if plan.seccomp_fd is not None:
+        argv += ["--seccomp", str(plan.seccomp_fd)]
     argv += [
         "--",
         "setpriv",

@@ -50,7 +50,7 @@ from urllib.parse import urlsplit
 
 from gateway.sandbox_spec import DEFAULT_BUDGETS, Limits, Provision, Repository
 
-from . import manifest
+from . import manifest, seccomp
 from .bubblewrap import (
     APP_DIR,
     DATA_DIR,
@@ -196,6 +196,9 @@ class LocalProvider(SandboxProvider):
         # None: ask bubblewrap (tests set False to have /tmp on disk).
         self.tmpfs_size: bool | None = None
         self.max_live = max_live
+        # The system-call filter every jail gets; None on an architecture it is not
+        # written for (the manifest then does not name it).
+        self.seccomp: bytes | None = seccomp.no_user_namespaces()
         self._free_slots = list(range(max_live))
         self._live: dict[str, LocalSandbox] = {}
 
@@ -297,7 +300,11 @@ class LocalProvider(SandboxProvider):
             # evidence would not keep anyway).
             command=list(handle.repository.command),
             limits=limits,
-            enforcement=["rlimit", *(["cgroup2"] if handle.cgroup is not None else [])],
+            enforcement=[
+                "rlimit",
+                *(["cgroup2"] if handle.cgroup is not None else []),
+                *([seccomp.ENFORCER] if self.seccomp is not None else []),
+            ],
             origin=handle.origin,
             binding=binding,
             started_at=time.time(),
@@ -371,6 +378,7 @@ class LocalProvider(SandboxProvider):
     async def _start(self, handle: LocalSandbox) -> None:
         assert handle.listener is not None
         info_read, info_write = os.pipe()
+        seccomp_fd = seccomp.program_fd(self.seccomp) if self.seccomp is not None else None
         plan = JailPlan(
             checkout=handle.checkout,
             data=handle.data,
@@ -381,6 +389,7 @@ class LocalProvider(SandboxProvider):
             command=handle.command,
             read_only=self._read_only(handle.repository),
             info_fd=info_write,
+            seccomp_fd=seccomp_fd,
             tmp_size=self.tmp_max_bytes,
             tmp=handle.tmp if handle.tmp_on_disk else None,
         )
@@ -397,7 +406,7 @@ class LocalProvider(SandboxProvider):
                     stdin=handle.listener.fileno(),
                     stdout=log_fd,
                     stderr=log_fd,
-                    pass_fds=(info_write,),
+                    pass_fds=(info_write,) if seccomp_fd is None else (info_write, seccomp_fd),
                     env={"PATH": "/usr/local/bin:/usr/bin:/bin"},
                     # Not in the gateway's process group: a Ctrl-C is the gateway's to
                     # handle, which tears its sandboxes down in order.
@@ -417,6 +426,8 @@ class LocalProvider(SandboxProvider):
         finally:
             os.close(log_fd)
             os.close(info_write)
+            if seccomp_fd is not None:
+                os.close(seccomp_fd)
         try:
             child = await asyncio.wait_for(_child_pid(info_read), INFO_TIMEOUT_S)
         except (TimeoutError, ValueError, OSError):

@@ -3,16 +3,20 @@
 Standard library only. It serves HTTP on the listening socket it is handed as standard
 input (`SANDBOX_LISTEN_FD`), and each path is one attempt whose outcome it reports as
 JSON: `/connect?port=`, `/resolve?name=`, `/write?path=`, `/read?path=`, `/list?path=`,
-`/fork?n=`, `/alloc?mb=`, `/bigfile?mb=`, `/fill?path=&mb=`, `/spin`, `/exit`, `/env`, `/whoami`,
-`/version`, `/healthz`. The tests commit this file into a throwaway repository.
+`/fork?n=`, `/alloc?mb=`, `/bigfile?mb=`, `/fill?path=&mb=`, `/userns?how=`, `/spawn`,
+`/spin`, `/exit`, `/env`, `/whoami`, `/version`, `/healthz`. The tests commit this file
+into a throwaway repository.
 """
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
 import socket
+import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -45,6 +49,55 @@ def write(path: str) -> str:
 def read(path: str) -> int:
     with open(path, "rb") as fh:
         return len(fh.read())
+
+
+CLONE_NEWUSER = 0x10000000
+SIGCHLD = 17
+CLONE_SYSCALL = {"x86_64": 56, "aarch64": 220}
+
+
+def user_namespace(how: str) -> str:
+    """Make a user namespace: by `unshare(2)`, by a raw `clone(2)`, or with the `unshare`
+    command (as root inside it)."""
+    if how == "command":
+        done = subprocess.run(
+            ["unshare", "--user", "--map-root-user", "id", "-u"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=False,
+        )
+        if done.returncode != 0:
+            raise OSError(done.returncode, done.stderr.strip())
+        return done.stdout.strip()
+    libc = ctypes.CDLL(None, use_errno=True)
+    if how == "unshare":
+        # From a child of its own: a process with threads (this server) may not unshare.
+        child = os.fork()
+        if child == 0:
+            os._exit(0 if libc.unshare(CLONE_NEWUSER) == 0 else ctypes.get_errno())
+        code = os.waitstatus_to_exitcode(os.waitpid(child, 0)[1])
+        if code != 0:
+            raise OSError(code, os.strerror(code))
+        return "unshared"
+    child = libc.syscall(CLONE_SYSCALL[os.uname().machine], CLONE_NEWUSER | SIGCHLD, 0, 0, 0, 0)
+    if child == 0:
+        os._exit(0)
+    if child < 0:
+        code = ctypes.get_errno()
+        raise OSError(code, os.strerror(code))
+    os.waitpid(child, 0)
+    return "cloned"
+
+
+def spawn() -> dict[str, Any]:
+    """What an app does every day: run a program, start a thread."""
+    ran = subprocess.run(["id", "-u"], capture_output=True, text=True, timeout=10, check=True)
+    seen: list[str] = []
+    thread = threading.Thread(target=lambda: seen.append("ran"))
+    thread.start()
+    thread.join(10)
+    return {"program": ran.stdout.strip(), "thread": seen}
 
 
 def fork(n: str) -> dict[str, Any]:
@@ -113,6 +166,10 @@ class Handler(BaseHTTPRequestHandler):
             body = attempt(lambda: bigfile(q["mb"]))
         elif route == "/fill":
             body = attempt(lambda: fill(q["path"], q["mb"]))
+        elif route == "/userns":
+            body = attempt(lambda: user_namespace(q["how"]))
+        elif route == "/spawn":
+            body = attempt(spawn)
         elif route == "/spin":
             spin()
         elif route == "/exit":

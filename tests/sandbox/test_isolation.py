@@ -166,3 +166,23 @@ async def test_an_app_over_its_cpu_time_is_killed_and_restarted_once(
     assert (await ask(live, task_id, "/version"))["version"] == "v1"
     identity = (await live.gateway.tasks.get(task_id)).identity
     assert sandboxes.unavailable(identity) is None
+
+
+async def test_the_app_cannot_make_a_user_namespace_and_still_runs_programs_and_threads(
+    live: LiveGateway, app_repo: AppRepo
+) -> None:
+    task_id = (await provision(live, app_repo.v1))["task_id"]
+    for how in ("unshare", "clone"):
+        tried = await ask(live, task_id, f"/userns?how={how}")
+        assert not tried["ok"] and "Operation not permitted" in tried["error"], (how, tried)
+    tried = await ask(live, task_id, "/userns?how=command")
+    assert not tried["ok"] and "unshare failed: Operation not permitted" in tried["error"], tried
+
+    # clone3 is refused as unknown, and the C library falls back to clone: programs and
+    # threads still start.
+    spawned = await ask(live, task_id, "/spawn")
+    assert spawned["ok"], spawned
+    assert spawned["result"]["thread"] == ["ran"]
+    assert spawned["result"]["program"] == str(handle(live, task_id).uid)
+    answer = (await live.http.get(f"/v1/tasks/{task_id}", headers=live.control)).json()
+    assert "seccomp:no-user-namespaces" in answer["sandbox"]["manifest"]["enforced_by"]

@@ -1,0 +1,109 @@
+"""The system-call filter of a local sandbox: no new user namespaces.
+
+An unprivileged process may create a user namespace of its own on most Linux systems, and
+inside it holds every capability over what that namespace owns: it can mount, make
+network and PID namespaces, and reach kernel code that only root reaches otherwise, which
+is where most of the kernel's local privilege escalations have been found. An app in a
+sandbox needs none of it, so the jail refuses it with a seccomp filter that bubblewrap
+installs (`--seccomp FD`) before the app's first instruction:
+
+- `unshare` and `clone` with `CLONE_NEWUSER` in their flags fail with `EPERM`;
+- `clone3`, whose flags are in memory a filter cannot read, fails with `ENOSYS`, on which
+  the C library falls back to `clone` (so threads and processes still start);
+- a system call of another ABI (32-bit `int 0x80`, x32), whose numbers differ, fails with
+  `ENOSYS`: a way around the first two rules otherwise;
+- everything else is allowed.
+
+The filter is classic BPF, assembled here for the architectures listed in `_ARCHES`; on
+another one there is no filter, and the manifest does not list it among the enforcers.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import platform
+import struct
+from dataclasses import dataclass
+
+# What the manifest's `enforced_by` calls this filter.
+ENFORCER = "seccomp:no-user-namespaces"
+
+CLONE_NEWUSER = 0x10000000
+
+# Classic BPF opcodes (linux/bpf_common.h) and seccomp return values (linux/seccomp.h).
+_LD_W_ABS = 0x20
+_JEQ_K = 0x15
+_JGE_K = 0x35
+_JSET_K = 0x45
+_RET_K = 0x06
+_RET_ALLOW = 0x7FFF0000
+_RET_ERRNO = 0x00050000
+
+# Offsets in `struct seccomp_data`: the call's number, its ABI, its first argument's low
+# half (little-endian: every architecture listed).
+_NR, _ARCH, _ARG0_LOW = 0, 4, 16
+
+
+@dataclass(frozen=True)
+class _Arch:
+    audit: int  # AUDIT_ARCH_* of the native ABI
+    unshare: int
+    clone: int
+    clone3: int
+    # Numbers at or above this are another ABI sharing the native one's tag (x32), or None.
+    foreign_from: int | None = None
+
+
+_ARCHES = {
+    "x86_64": _Arch(0xC000003E, unshare=272, clone=56, clone3=435, foreign_from=0x40000000),
+    "aarch64": _Arch(0xC00000B7, unshare=97, clone=220, clone3=435),
+}
+
+
+def _op(code: int, k: int, jt: int = 0, jf: int = 0) -> bytes:
+    return struct.pack("=HBBI", code, jt, jf, k)
+
+
+def _assemble(arch: _Arch) -> bytes:
+    enosys, eperm = _RET_ERRNO | errno.ENOSYS, _RET_ERRNO | errno.EPERM
+    program = [
+        _op(_LD_W_ABS, _ARCH),
+        _op(_JEQ_K, arch.audit, jt=1),  # the native ABI: go on
+        _op(_RET_K, enosys),
+        _op(_LD_W_ABS, _NR),
+    ]
+    if arch.foreign_from is not None:
+        program += [_op(_JGE_K, arch.foreign_from, jf=1), _op(_RET_K, enosys)]
+    program += [
+        _op(_JEQ_K, arch.clone3, jf=1),
+        _op(_RET_K, enosys),
+        _op(_JEQ_K, arch.unshare, jt=1),
+        _op(_JEQ_K, arch.clone, jf=3),
+        # unshare or clone: look at the flags
+        _op(_LD_W_ABS, _ARG0_LOW),
+        _op(_JSET_K, CLONE_NEWUSER, jf=1),
+        _op(_RET_K, eperm),
+        _op(_RET_K, _RET_ALLOW),
+    ]
+    return b"".join(program)
+
+
+def no_user_namespaces(machine: str | None = None) -> bytes | None:
+    """The filter's program for `machine` (this one's when None), or None when this module
+    does not know its system call numbers."""
+    arch = _ARCHES.get(machine or platform.machine())
+    return _assemble(arch) if arch is not None else None
+
+
+def program_fd(program: bytes) -> int:
+    """A file descriptor holding `program` from its start, as `bwrap --seccomp` reads it;
+    the caller passes it to the jail and closes it."""
+    fd = os.memfd_create("sandbox-seccomp", os.MFD_CLOEXEC)
+    try:
+        os.write(fd, program)
+        os.lseek(fd, 0, os.SEEK_SET)
+    except OSError:
+        os.close(fd)
+        raise
+    return fd
