@@ -103,6 +103,8 @@ class Settings(BaseSettings):
     sandbox_dir: Path | None = None
     sandbox_uid_base: int = Field(default=1_900_000_000, ge=10_000, le=4_000_000_000)
     sandbox_max_live: int = Field(default=32, ge=1, le=65_536)
+    # Of those, the most one organization may hold at once (None: no share of its own).
+    sandbox_max_live_per_org: int | None = Field(default=None, ge=1, le=65_536)
     sandbox_domain: str = Field(
         default="sandbox.internal", pattern=r"^([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\.)*internal$"
     )

@@ -68,6 +68,7 @@ def install(gw: Gateway) -> list[BaseRoute]:
             identity=identity,
             evidence_of_kind=evidence_of_kind,
         ),
+        max_live_per_org=settings.sandbox_max_live_per_org,
     )
     gw.services.provide(Sandboxes, sandboxes)
     gw.services.provide(AppLink, sandboxes)  # type: ignore[type-abstract]

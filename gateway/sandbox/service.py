@@ -18,13 +18,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from gateway.errors import ToolFailure
+from gateway.errors import QuotaExceeded, ToolFailure
 from gateway.identity import TaskIdentity
 from gateway.store.database import ArtifactRef
 from gateway.tasks import TaskCreate
@@ -74,10 +74,21 @@ class _Provisioned:
 
 
 class Sandboxes:
-    def __init__(self, providers: ProviderRegistry, sink: SandboxSink) -> None:
+    """`max_live_per_org`: the sandboxes one organization may hold at once on this gateway
+    (live, or being provisioned), so that one cannot take every slot; None: no share."""
+
+    def __init__(
+        self,
+        providers: ProviderRegistry,
+        sink: SandboxSink,
+        *,
+        max_live_per_org: int | None = None,
+    ) -> None:
         self.providers = providers
         self.sink = sink
+        self.max_live_per_org = max_live_per_org
         self._live: dict[str, _Live] = {}  # by task id
+        self._provisioning: Counter[str] = Counter()  # by organization
         self._ended: OrderedDict[str, dict[str, Any]] = OrderedDict()
         self._tearing: dict[str, asyncio.Future[None]] = {}
         self._watched: set[int] = set()
@@ -110,10 +121,39 @@ class Sandboxes:
         provider = self.providers.get(spec.provider)
         self._watch(provider)
         binding = Binding(task_id, request.org_id, request.actor.id, expires_at)
-        handle = await provider.provision(spec, binding)
+        # Counted and taken with no await between: of concurrent creates at the share,
+        # exactly the free ones go on.
+        self._check_share(request.org_id)
+        self._provisioning[request.org_id] += 1
+        try:
+            handle = await provider.provision(spec, binding)
+        finally:
+            self._provisioning[request.org_id] -= 1
+            if not self._provisioning[request.org_id]:
+                del self._provisioning[request.org_id]
         live = _Live(provider, handle)
         self._live[task_id] = live
         return _Provisioned(self, live)
+
+    def _check_share(self, org_id: str) -> None:
+        limit = self.max_live_per_org
+        if limit is None:
+            return
+        current = self._provisioning[org_id] + sum(
+            1 for live in self._live.values() if live.handle.binding.org_id == org_id
+        )
+        if current >= limit:
+            raise QuotaExceeded(
+                f"organization {org_id!r} already holds {current} sandboxes on this gateway, "
+                f"its share of {limit}; end one of its tasks before creating another",
+                details={
+                    "quota": "live_sandboxes",
+                    "org_id": org_id,
+                    "limit": limit,
+                    "current": current,
+                    "adding": 1,
+                },
+            )
 
     async def _bind(self, live: _Live, identity: TaskIdentity) -> None:
         live.identity = identity
