@@ -160,7 +160,10 @@ class Gateway:
                 self.redactor.add_secret(secret)
             await stack.enter_async_context(hooks(self.store.start, self.store.close)())
             await self.tasks.load()
-            await self.approvals.recover()
+            if not self.settings.clustered:
+                # A node of a cluster shares the table: the approvals left by a node are
+                # closed when its tasks are freed (gateway/cluster/ledger.py).
+                await self.approvals.recover()
             # Left before the store closes: the last aggregates of task events are written.
             stack.push_async_callback(self.events.flush)
             for part in [*self._parts, Part("task sweeper", self._sweeping)]:

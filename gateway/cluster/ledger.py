@@ -366,11 +366,26 @@ class Ledger:
 
 
 async def _free(conn: AsyncConnection, which: Any) -> list[Freed]:
-    owners = schema.task_owners
-    freed = await conn.execute(
-        update(owners)
-        .where(which)
-        .values(node_id=None, epoch=owners.c.epoch + 1, changed_at=_NOW)
-        .returning(owners.c.task_id, owners.c.epoch)
-    )
-    return [Freed(row.task_id, int(row.epoch)) for row in freed]
+    """Let go of the tasks `which` selects. The approvals still pending for them waited on
+    the node that held them, whose calls are gone: they end cancelled, in the same
+    transaction, so none asked after another node took the task is touched."""
+    owners, approvals = schema.task_owners, schema.approvals
+    freed = [
+        Freed(row.task_id, int(row.epoch))
+        for row in await conn.execute(
+            update(owners)
+            .where(which)
+            .values(node_id=None, epoch=owners.c.epoch + 1, changed_at=_NOW)
+            .returning(owners.c.task_id, owners.c.epoch)
+        )
+    ]
+    if freed:
+        await conn.execute(
+            update(approvals)
+            .where(
+                approvals.c.status == "pending",
+                approvals.c.task_id.in_([task.task_id for task in freed]),
+            )
+            .values(status="cancelled", decided_at=_NOW)
+        )
+    return freed

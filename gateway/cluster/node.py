@@ -367,22 +367,18 @@ class ClusterNode:
         return ToolResult.model_validate(answer["result"])
 
     async def _serve_call(self, data: bytes) -> bytes:
-        call = self._verify_call(data)
-        if call is None:
-            return self._sign("reply", {"call_id": None, "refused": "a bad or stale envelope"})
-        call_id = call["call_id"]
-        if call.get("to") != self.node_id:
-            return self._sign("reply", {"call_id": call_id, "refused": "sent to another node"})
-        if call_id in self._seen_calls:
-            return self._sign("reply", {"call_id": call_id, "refused": "already run here"})
-        task_id = call["task_id"]
+        call = self._take_envelope("call", data, "call_id")
+        if isinstance(call, bytes):
+            return call  # the refusal
+        call_id, task_id = call["call_id"], call["task_id"]
         try:
             record = await self.tasks.record(task_id)
         except GatewayError as exc:
+            self._forget(call_id)
             return self._sign("reply", {"call_id": call_id, "refused": exc.message})
         if task_id not in self._mine or record is None:
+            self._forget(call_id)  # nothing ran: the sender may send it again, elsewhere
             return self._sign("reply", {"call_id": call_id, "not_owner": True})
-        self._remember(call_id)
         self.routed_in += 1
         result = await self.pipeline.call(
             record.identity,
@@ -395,24 +391,42 @@ class ClusterNode:
         )
         return self._sign("reply", {"call_id": call_id, "result": result.model_dump(mode="json")})
 
-    def _verify_call(self, data: bytes) -> dict[str, Any] | None:
-        """A routed call's envelope: signed by a node of this cluster, and sent no longer
-        ago than its own wait (a replay later runs nothing)."""
-        opened = self._open("call", data, ENVELOPE_MAX_AGE_S)
-        if opened is None:
-            return None
-        call, signed_at = opened
-        # The signature's time has whole seconds: one more is allowed for it.
-        if time.time() - signed_at > float(call["wait_s"]) + 1:
-            log.warning("cluster: refused a routed call sent too long ago")
-            return None
-        verified: dict[str, Any] = call
-        return verified
+    def _take_envelope(self, purpose: str, data: bytes, id_key: str) -> dict[str, Any] | bytes:
+        """A routed envelope (a call, an errand) opened and taken: signed by a node of this
+        cluster, sent no longer ago than its own wait, addressed to this node, and not seen
+        before. Its id is remembered at once, so two copies delivered together run once.
+        Otherwise, the signed refusal to answer with (bytes)."""
 
-    def _remember(self, call_id: str) -> None:
-        self._seen_calls[call_id] = time.monotonic()
+        def refuse(envelope_id: Any, why: str) -> bytes:
+            log.warning("cluster: refused a routed %s: %s", purpose, why)
+            return self._sign("reply", {id_key: envelope_id, "refused": why})
+
+        opened = self._open(purpose, data, ENVELOPE_MAX_AGE_S)
+        if opened is None or not isinstance(opened[0], dict):
+            return refuse(None, "a bad or stale envelope (do the nodes share keys and clock?)")
+        envelope, signed_at = opened
+        envelope_id = envelope.get(id_key)
+        wait_s = envelope.get("wait_s")
+        if not isinstance(envelope_id, str) or not isinstance(wait_s, int | float):
+            return refuse(None, "a malformed envelope")
+        # The signature's time has whole seconds: one more is allowed for it.
+        if time.time() - signed_at > float(wait_s) + 1:
+            return refuse(envelope_id, "sent too long ago")
+        if envelope.get("to") != self.node_id:
+            return refuse(envelope_id, "sent to another node")
+        if envelope_id in self._seen_calls:
+            return refuse(envelope_id, "already run here")
+        self._remember(envelope_id)
+        taken: dict[str, Any] = envelope
+        return taken
+
+    def _remember(self, envelope_id: str) -> None:
+        self._seen_calls[envelope_id] = time.monotonic()
         while len(self._seen_calls) > SEEN_CALLS:
             self._seen_calls.popitem(last=False)
+
+    def _forget(self, envelope_id: str) -> None:
+        self._seen_calls.pop(envelope_id, None)
 
     # -- errands --------------------------------------------------------------------------
 
@@ -423,9 +437,9 @@ class ClusterNode:
         self, task_id: str, name: str, body: dict[str, Any]
     ) -> dict[str, Any] | None:
         """The owner's answer to the errand `name`, when another node owns the task; None
-        when it is done here: this node owns the task, or no live node does (then nothing
-        waits on another node either). It claims nothing: a person's answer does not
-        move a task."""
+        when it is done here: this node owns the task, or no live node does (the questions
+        a freed task's node left are closed with the freeing). It claims nothing: a
+        person's answer does not move a task."""
         for _ in range(2):  # a stale belief about the owner costs one more try
             if task_id in self._mine:
                 return None
@@ -446,67 +460,92 @@ class ClusterNode:
                     raise relayed(answer["error"])
                 result: dict[str, Any] = answer["answer"]
                 return result
-        return None
+        raise ErrandError(
+            "the task is changing gateway nodes; nothing was done",
+            code=ErrorCode.UNAVAILABLE,
+            http_status=503,
+            retryable=True,
+            details={"retry_after_s": 1},
+        )
 
     async def _send_errand(self, node: str, envelope: dict[str, Any]) -> dict[str, Any]:
         try:
             reply = await self.bus.request(
                 ERRANDS.format(node=node), self._sign("errand", envelope), ERRAND_WAIT_S
             )
-        except BusError as exc:
-            # A dead owner's questions died with it (the call that asked is gone); a slow
-            # one may still have done it, which asking again tells.
-            unanswered = "is not answering" if isinstance(exc, NoResponder) else "did not answer"
+        except NoResponder:
+            # A dead owner's questions died with it; the node that frees its tasks closes
+            # them, which asking again then says.
             raise ErrandError(
-                f"the gateway node that holds this task ({node}) {unanswered}; try again",
+                f"the gateway node that holds this task ({node}) is not answering; another "
+                "takes the task over within a few seconds",
                 code=ErrorCode.UNAVAILABLE,
+                http_status=503,
                 retryable=True,
                 details={"retry_after_s": math.ceil(self.beat_s * (MISSED_BEATS + 1))},
+            ) from None
+        except BusTimeout:
+            raise ErrandError(
+                f"the gateway node that holds this task ({node}) did not answer in time; it "
+                "may have done it: read the task's state before asking again",
+                code=ErrorCode.TIMEOUT,
+                http_status=504,
+            ) from None
+        except BusError as exc:
+            raise ErrandError(
+                f"the gateway's cluster bus is unavailable ({exc}); nothing was done",
+                code=ErrorCode.UNAVAILABLE,
                 http_status=503,
+                retryable=True,
+                details={"retry_after_s": 1},
             ) from None
         answer = self._verify("reply", reply, ERRAND_WAIT_S + ROUTE_MARGIN_S)
+        if isinstance(answer, dict) and answer.get("refused"):
+            raise ErrandError(
+                f"node {node} refused the errand: {str(answer['refused'])[:200]}",
+                code=ErrorCode.UNAVAILABLE,
+                http_status=503,
+                retryable=True,
+            )
         if not isinstance(answer, dict) or answer.get("id") != envelope["id"]:
             raise ErrandError(
                 f"the answer from node {node} could not be verified (do the nodes share "
                 "their keys?)",
                 code=ErrorCode.UNAVAILABLE,
-                retryable=True,
                 http_status=503,
-            )
-        if answer.get("refused"):
-            raise ErrandError(
-                f"node {node} refused the errand: {answer['refused']}",
-                code=ErrorCode.UNAVAILABLE,
                 retryable=True,
-                http_status=503,
             )
         return answer
 
     async def _serve_errand(self, data: bytes) -> bytes:
-        opened = self._open("errand", data, ENVELOPE_MAX_AGE_S)
-        if opened is None:
-            return self._sign("reply", {"id": None, "refused": "a bad or stale envelope"})
-        envelope, signed_at = opened
-        errand_id = envelope["id"]
-        # The signature's time has whole seconds: one more is allowed for it.
-        if time.time() - signed_at > float(envelope["wait_s"]) + 1:
-            return self._sign("reply", {"id": errand_id, "refused": "sent too long ago"})
-        if envelope.get("to") != self.node_id:
-            return self._sign("reply", {"id": errand_id, "refused": "sent to another node"})
-        if errand_id in self._seen_calls:
-            return self._sign("reply", {"id": errand_id, "refused": "already done here"})
-        errand = self._errands.get(envelope["errand"])
-        if errand is None:
-            return self._sign("reply", {"id": errand_id, "refused": "an unknown errand"})
-        task_id = envelope["task_id"]
+        envelope = self._take_envelope("errand", data, "id")
+        if isinstance(envelope, bytes):
+            return envelope  # the refusal
+        errand_id, name = envelope["id"], envelope.get("errand")
+        errand = self._errands.get(name) if isinstance(name, str) else None
         try:
-            record = await self.tasks.record(task_id)
-            if task_id not in self._mine or record is None:
+            if errand is None:
+                raise ErrandError(
+                    f"node {self.node_id} does no errand {str(name)[:64]!r}",
+                    code=ErrorCode.HANDLER_ERROR,
+                    http_status=500,
+                )
+            record = await self.tasks.record(envelope["task_id"])
+            if envelope["task_id"] not in self._mine or record is None:
+                self._forget(errand_id)  # nothing was done: the sender may send it again
                 return self._sign("reply", {"id": errand_id, "not_owner": True})
-            self._remember(errand_id)
             answer = await errand(record.identity, envelope["body"])
         except GatewayError as exc:
             error = {**exc.to_json()["error"], "http_status": exc.http_status}
+            return self._sign("reply", {"id": errand_id, "error": error})
+        except Exception:
+            log.exception("cluster: the errand %s failed", str(name)[:64])
+            error = {
+                "code": ErrorCode.HANDLER_ERROR,
+                "message": f"the errand failed on node {self.node_id}",
+                "retryable": False,
+                "http_status": 500,
+            }
             return self._sign("reply", {"id": errand_id, "error": error})
         return self._sign("reply", {"id": errand_id, "answer": answer})
 
@@ -655,14 +694,19 @@ class ErrandError(GatewayError):
         self.http_status = http_status
 
 
-def relayed(error: dict[str, Any]) -> ErrandError:
-    """The error another node answered with, raised here as it was raised there."""
+def relayed(error: Any) -> ErrandError:
+    """The error another node answered with, raised here as it was raised there (only what
+    an error may be: a status of 400 to 599, else 502)."""
+    error = error if isinstance(error, dict) else {}
+    status = error.get("http_status")
+    details = error.get("details")
+    code = error.get("code")
     return ErrandError(
-        str(error.get("message", "")),
-        code=str(error.get("code", ErrorCode.UNAVAILABLE)),
-        retryable=bool(error.get("retryable", False)),
-        details=error.get("details"),
-        http_status=int(error.get("http_status", 500)),
+        str(error.get("message", "another gateway node failed")),
+        code=code if isinstance(code, str) else ErrorCode.HANDLER_ERROR,
+        http_status=status if isinstance(status, int) and 400 <= status <= 599 else 502,
+        retryable=error.get("retryable") is True,
+        details=details if isinstance(details, dict) else None,
     )
 
 

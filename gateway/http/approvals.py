@@ -11,6 +11,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
 from gateway.approvals.broker import Decision
+from gateway.errors import InvalidInput
 from gateway.http.edge import Access, parse_body, read_json
 from gateway.identity import Name, TaskIdentity
 from gateway.runtime import Gateway
@@ -52,11 +53,15 @@ def routes(gw: Gateway) -> list[BaseRoute]:
             }
         )
 
-    async def decide_here(identity: TaskIdentity, body: dict[str, Any]) -> dict[str, Any]:
-        answer = ControlDecision.model_validate(body["answer"])
+    async def decide_here(identity: TaskIdentity, errand: dict[str, Any]) -> dict[str, Any]:
+        # Checked again where it is done: the errand may come from a node of another version.
+        answer = parse_body(ControlDecision, errand.get("answer"), "the decision is invalid")
+        approval_id = errand.get("approval_id")
+        if not isinstance(approval_id, str):
+            raise InvalidInput("the approval id is missing")
         decided = await gw.approvals.decide(
             identity,
-            body["approval_id"],
+            approval_id,
             Decision(
                 answer.decision,
                 answer.scope,

@@ -22,7 +22,7 @@ from gateway.app import build_app
 from gateway.approval_policy import ApprovalPolicy
 from gateway.cluster import node as node_module
 from gateway.cluster.extension import install as join_cluster
-from gateway.cluster.node import ClusterNode
+from gateway.cluster.node import ClusterNode, ErrandError
 from gateway.errors import InvalidInput, TokenRevoked
 from gateway.http.approvals import routes as approval_routes
 from gateway.identity import Actor, Sandbox, TaskIdentity
@@ -165,6 +165,20 @@ async def nodes(tmp_path: Path, shared: dict[str, Any]) -> AsyncIterator[Nodes]:
         yield cluster
     finally:
         await cluster.close()
+
+
+def sign(value: dict[str, Any], key: str, purpose: str) -> bytes:
+    """An envelope as a node signs one (with `key`, which may not be the cluster's)."""
+    return node_module.signer([key], purpose).sign(json.dumps(value).encode())
+
+
+async def request(gw: Gateway, subject: str, data: bytes, shared: dict[str, Any]) -> dict[str, Any]:
+    """Send `data` on the bus as any client of NATS could; the node's signed reply, opened."""
+    reply = await node_of(gw).bus.request(subject, data, 10)
+    answer: dict[str, Any] = json.loads(
+        node_module.signer(shared["secret_keys"], "reply").unsign(reply)
+    )
+    return answer
 
 
 async def evidence_count(gw: Gateway, task_id: str) -> int:
@@ -333,14 +347,10 @@ async def test_routed_calls_that_are_forged_misdirected_or_replayed_run_nothing(
     }
 
     def signed(value: dict[str, Any], key: str) -> bytes:
-        return node_module.signer([key], "call").sign(json.dumps(value).encode())
+        return sign(value, key, "call")
 
     async def send(data: bytes) -> dict[str, Any]:
-        reply = await node_of(a).bus.request("gw.call.node-a", data, 10)
-        answer: dict[str, Any] = json.loads(
-            node_module.signer(shared["secret_keys"], "reply").unsign(reply)
-        )
-        return answer
+        return await request(a, "gw.call.node-a", data, shared)
 
     # Signed with a key that is not the cluster's, or not signed at all.
     assert "refused" in await send(signed(call, new_key()))
@@ -464,10 +474,13 @@ async def asking(gw: Gateway, identity: TaskIdentity) -> tuple[asyncio.Future[An
 
 async def test_a_decision_sent_to_any_node_reaches_the_owner_that_waits(nodes: Nodes) -> None:
     a = await nodes.start("node-a")
-    b = await nodes.start("node-b")
-    identity, _ = await new_task(a, approvals=ApprovalPolicy(required=("test.write",)))
+    policy = ApprovalPolicy(required=("test.write",))
+    identity, _ = await new_task(a, approvals=policy)
+    other, _ = await new_task(a, approvals=policy)
     await node_of(a).take(identity.task_id)
     call, approval_id = await asking(a, identity)
+    # A node that starts while a question waits on another leaves it pending.
+    b = await nodes.start("node-b")
     url = f"/v1/tasks/{identity.task_id}/approvals"
 
     async with nodes.http("node-b") as http:
@@ -475,6 +488,12 @@ async def test_a_decision_sent_to_any_node_reaches_the_owner_that_waits(nodes: N
         assert [(x["approval_id"], x["status"]) for x in listed] == [(approval_id, "pending")]
         unknown = await http.post(f"{url}/apr_unknown", json=DECISION)
         assert (unknown.status_code, unknown.json()["error"]["code"]) == (404, "not_found")
+        # Another task's route does not reach this task's question.
+        await node_of(a).take(other.task_id)
+        crossed = await http.post(
+            f"/v1/tasks/{other.task_id}/approvals/{approval_id}", json=DECISION
+        )
+        assert (crossed.status_code, crossed.json()["error"]["code"]) == (404, "not_found")
 
         answer = await http.post(f"{url}/{approval_id}", json=DECISION)
         assert answer.status_code == 200, answer.text
@@ -487,7 +506,7 @@ async def test_a_decision_sent_to_any_node_reaches_the_owner_that_waits(nodes: N
         assert (again.status_code, again.json()["error"]["code"]) == (409, "conflict")
     # The answer moved nothing: the task stays with the node that waited on it.
     assert node_of(b).owned() == {}
-    assert node_of(a).owned() == {identity.task_id: 1}
+    assert node_of(a).owned()[identity.task_id] == 1
 
 
 async def test_an_errand_that_is_forged_or_replayed_decides_nothing(
@@ -507,21 +526,16 @@ async def test_an_errand_that_is_forged_or_replayed_decides_nothing(
     }
 
     def signed(value: dict[str, Any], key: str) -> bytes:
-        return node_module.signer([key], "errand").sign(json.dumps(value).encode())
+        return sign(value, key, "errand")
 
     async def send(data: bytes) -> dict[str, Any]:
-        reply = await node_of(a).bus.request("gw.errand.node-a", data, 10)
-        answer: dict[str, Any] = json.loads(
-            node_module.signer(shared["secret_keys"], "reply").unsign(reply)
-        )
-        return answer
+        return await request(a, "gw.errand.node-a", data, shared)
 
     # Signed with a key that is not the cluster's, not signed, signed as a call, or for
     # another node: refused, and the call still waits.
     assert "refused" in await send(signed(errand, new_key()))
     assert "refused" in await send(json.dumps(errand).encode())
-    as_call = node_module.signer(shared["secret_keys"], "call").sign(json.dumps(errand).encode())
-    assert "refused" in await send(as_call)
+    assert "refused" in await send(sign(errand, shared["secret_keys"][0], "call"))
     assert "refused" in await send(signed({**errand, "to": "node-b"}, shared["secret_keys"][0]))
     assert [r.status for r in a.approvals.pending(identity.task_id)] == ["pending"]
     # The genuine one decides; the same envelope again is refused before anything runs.
@@ -531,9 +545,9 @@ async def test_an_errand_that_is_forged_or_replayed_decides_nothing(
     assert (await asyncio.wait_for(call, 10)).status is ToolStatus.SUCCEEDED
 
 
-async def test_a_decision_for_a_dead_owner_is_a_retryable_503(nodes: Nodes) -> None:
+async def test_a_decision_for_a_dead_owner_is_a_retryable_503_then_closed(nodes: Nodes) -> None:
     a = await nodes.start("node-a")
-    await nodes.start("node-b")
+    b = await nodes.start("node-b")
     identity, _ = await new_task(a, approvals=ApprovalPolicy(required=("test.write",)))
     await node_of(a).take(identity.task_id)
     call, approval_id = await asking(a, identity)
@@ -549,4 +563,41 @@ async def test_a_decision_for_a_dead_owner_is_a_retryable_503(nodes: Nodes) -> N
     error = answer.json()["error"]
     assert (error["code"], error["retryable"]) == ("unavailable", True)
     assert "node-a" in error["message"]
+
+    # Once node b frees the dead node's tasks, the question is closed with them.
+    async def freed() -> bool:
+        owner = await node_of(b).ledger.owner(identity.task_id)
+        return owner is not None and owner.node_id is None
+
+    await until_true(freed, "node b freed the dead node's task")
+    listed = await b.approvals.listing(identity.task_id)
+    assert [x["status"] for x in listed] == ["cancelled"]
+    assert not call.done()  # closed by the freeing, not by its call ending
     call.cancel()
+    async with nodes.http("node-b") as http:
+        again = await http.post(
+            f"/v1/tasks/{identity.task_id}/approvals/{approval_id}", json=DECISION
+        )
+    assert (again.status_code, again.json()["error"]["code"]) == (409, "conflict"), again.text
+
+
+async def test_an_errand_that_fails_on_the_owner_is_answered_at_once_and_not_retried(
+    nodes: Nodes,
+) -> None:
+    a = await nodes.start("node-a")
+    b = await nodes.start("node-b")
+    identity, _ = await new_task(a)
+    await node_of(a).take(identity.task_id)
+
+    async def broken(_identity: TaskIdentity, _body: dict[str, Any]) -> dict[str, Any]:
+        raise RuntimeError("a bug on the owner")
+
+    node_of(a).serve_errand("test.broken", broken)
+    for name in ("test.broken", "test.unknown"):
+        started = time.monotonic()
+        with pytest.raises(ErrandError) as failed:
+            await node_of(b).at_owner(identity.task_id, name, {})
+        assert time.monotonic() - started < node_module.ERRAND_WAIT_S / 2  # no timeout
+        assert (failed.value.http_status, failed.value.code) == (500, "handler_error")
+        assert not failed.value.retryable
+        assert "a bug" not in failed.value.message  # the owner's insides stay there
