@@ -377,63 +377,64 @@ class LocalProvider(SandboxProvider):
 
     async def _start(self, handle: LocalSandbox) -> None:
         assert handle.listener is not None
-        info_read, info_write = os.pipe()
-        seccomp_fd = seccomp.program_fd(self.seccomp) if self.seccomp is not None else None
-        plan = JailPlan(
-            checkout=handle.checkout,
-            data=handle.data,
-            uid=handle.uid,
-            gid=handle.uid,
-            limits=handle.limits,
-            env=handle.env,
-            command=handle.command,
-            read_only=self._read_only(handle.repository),
-            info_fd=info_write,
-            seccomp_fd=seccomp_fd,
-            tmp_size=self.tmp_max_bytes,
-            tmp=handle.tmp if handle.tmp_on_disk else None,
-        )
-        argv = command_line(plan)
-        if handle.cgroup is not None:
-            argv = [*CgroupParent.enter_prefix(handle.cgroup), *argv]
-        # The previous jail's namespace (a restart) says nothing of this one.
-        handle.pid_namespace = None
-        log_fd = os.open(handle.log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-        try:
-            spawn = asyncio.ensure_future(
-                asyncio.create_subprocess_exec(
-                    *argv,
-                    stdin=handle.listener.fileno(),
-                    stdout=log_fd,
-                    stderr=log_fd,
-                    pass_fds=(info_write,) if seccomp_fd is None else (info_write, seccomp_fd),
-                    env={"PATH": "/usr/local/bin:/usr/bin:/bin"},
-                    # Not in the gateway's process group: a Ctrl-C is the gateway's to
-                    # handle, which tears its sandboxes down in order.
-                    start_new_session=True,
+        with contextlib.ExitStack() as fds:
+            info_read, info_write = os.pipe()
+            fds.callback(os.close, info_read)
+            # What the jail gets a copy of: this end is closed once it is spawned.
+            with contextlib.ExitStack() as handed:
+                handed.callback(os.close, info_write)
+                seccomp_fd = None
+                if self.seccomp is not None:
+                    seccomp_fd = seccomp.program_fd(self.seccomp)
+                    handed.callback(os.close, seccomp_fd)
+                log_fd = os.open(handle.log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+                handed.callback(os.close, log_fd)
+                plan = JailPlan(
+                    checkout=handle.checkout,
+                    data=handle.data,
+                    uid=handle.uid,
+                    gid=handle.uid,
+                    limits=handle.limits,
+                    env=handle.env,
+                    command=handle.command,
+                    read_only=self._read_only(handle.repository),
+                    info_fd=info_write,
+                    seccomp_fd=seccomp_fd,
+                    tmp_size=self.tmp_max_bytes,
+                    tmp=handle.tmp if handle.tmp_on_disk else None,
                 )
-            )
-            # Cancelled here (a teardown cancelling the watcher mid-restart), the jail may
-            # already be forked: the handle must know it before the cancellation goes on,
-            # or nobody kills it. Its root-run start (bwrap, before setpriv) has no
-            # sandbox uid yet, so a sweep by uid could miss it.
+                argv = command_line(plan)
+                if handle.cgroup is not None:
+                    argv = [*CgroupParent.enter_prefix(handle.cgroup), *argv]
+                # The previous jail's namespace (a restart) says nothing of this one.
+                handle.pid_namespace = None
+                spawn = asyncio.ensure_future(
+                    asyncio.create_subprocess_exec(
+                        *argv,
+                        stdin=handle.listener.fileno(),
+                        stdout=log_fd,
+                        stderr=log_fd,
+                        pass_fds=tuple(fd for fd in (info_write, seccomp_fd) if fd is not None),
+                        env={"PATH": "/usr/local/bin:/usr/bin:/bin"},
+                        # Not in the gateway's process group: a Ctrl-C is the gateway's to
+                        # handle, which tears its sandboxes down in order.
+                        start_new_session=True,
+                    )
+                )
+                # Cancelled here (a teardown cancelling the watcher mid-restart), the jail
+                # may already be forked: the handle must know it before the cancellation
+                # goes on, or nobody kills it. Its root-run start (bwrap, before setpriv)
+                # has no sandbox uid yet, so a sweep by uid could miss it.
+                try:
+                    handle.process = await asyncio.shield(spawn)
+                except asyncio.CancelledError:
+                    with contextlib.suppress(Exception):
+                        handle.process = await _settled(spawn)
+                    raise
             try:
-                handle.process = await asyncio.shield(spawn)
-            except asyncio.CancelledError:
-                with contextlib.suppress(Exception):
-                    handle.process = await _settled(spawn)
-                raise
-        finally:
-            os.close(log_fd)
-            os.close(info_write)
-            if seccomp_fd is not None:
-                os.close(seccomp_fd)
-        try:
-            child = await asyncio.wait_for(_child_pid(info_read), INFO_TIMEOUT_S)
-        except (TimeoutError, ValueError, OSError):
-            child = None
-        finally:
-            os.close(info_read)
+                child = await asyncio.wait_for(_child_pid(info_read), INFO_TIMEOUT_S)
+            except (TimeoutError, ValueError, OSError):
+                child = None
         if child is None:
             code = await _exit_code(handle.process)
             raise Unhealthy(

@@ -160,8 +160,11 @@ class Sandboxes:
         await self.sink.record(identity, manifest.KIND, live.handle.manifest)
 
     async def _discard(self, live: _Live) -> None:
-        self._live.pop(live.handle.binding.task_id, None)
-        await live.provider.teardown(live.handle, keep_data=False)
+        # Counted in its organization's share until its slot is free again.
+        try:
+            await live.provider.teardown(live.handle, keep_data=False)
+        finally:
+            self._live.pop(live.handle.binding.task_id, None)
 
     # -- state changes the provider saw ----------------------------------------------------
 

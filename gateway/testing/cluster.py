@@ -20,6 +20,7 @@ killed node takes its whole tree with it, and `close()` leaves none running.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import contextlib
 import os
 import secrets
@@ -37,7 +38,11 @@ from pathlib import Path
 from types import TracebackType
 
 import httpx
+import nats
+from nats.errors import NoRespondersError
+from nats.errors import TimeoutError as NatsTimeout
 
+from gateway.cluster.node import ERRANDS
 from gateway.private_files import write_private
 from gateway.serving import free_port
 from gateway.testing import postgres as pg
@@ -342,6 +347,25 @@ class LocalCluster:
         """Stop NATS and start it again on the same port (clients reconnect to it)."""
         self.nats.stop()
         self.nats.start()
+
+    async def wait_on_bus(self, timeout_s: float = 30.0) -> None:
+        """Return once every running node answers on its own subject of the bus (after a
+        NATS restart, each node's client reconnects and subscribes again). Asked with an
+        empty envelope, which a node refuses, signed: an answer is all this waits for."""
+        client = await nats.connect(self.nats.url, name="cluster harness")
+        try:
+            deadline = time.monotonic() + timeout_s
+            for node in self.nodes:
+                while node.running:
+                    try:
+                        await client.request(ERRANDS.format(node=node.id), b"", timeout=1)
+                        break
+                    except (NoRespondersError, NatsTimeout):
+                        if time.monotonic() > deadline:
+                            raise TimeoutError(f"{node.id} is not on the bus") from None
+                        await asyncio.sleep(0.05)
+        finally:
+            await client.close()
 
     def wait_in_rotation(self, which: Node | str, timeout_s: float = 30.0) -> None:
         """Return once HAProxy sends requests to the node again."""

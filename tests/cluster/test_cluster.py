@@ -330,6 +330,7 @@ async def test_calls_resume_after_nats_restarts(
         assert (await bridge_client(two.url, task).call("ui.read_view", {})).status == "succeeded"
         cluster.restart_nats()
         await succeeded(lambda: bridge_client(two.url, task).call("ui.read_view", {}))
+    await cluster.wait_on_bus()  # every node, for the tests after this one
 
 
 async def test_an_artifact_written_on_node_1_is_read_through_node_3_after_node_1_dies(
@@ -337,8 +338,7 @@ async def test_an_artifact_written_on_node_1_is_read_through_node_3_after_node_1
 ) -> None:
     one, _, three = cluster.nodes
     task = control.create_task(scopes=SCOPES)
-    # Asked again under its request id (its idempotency key) while the answer says to: a
-    # cluster just through a NATS restart may still be settling.
+    # Asked again under its request id while the answer says it may, as a bridge client does.
     answer = await succeeded(
         lambda: bridge_client(one.url, task).call(
             "workspace.write", {"path": "a.txt", "contents": "kept"}, request_id="art-1"

@@ -54,11 +54,30 @@ def read(path: str) -> int:
 CLONE_NEWUSER = 0x10000000
 SIGCHLD = 17
 CLONE_SYSCALL = {"x86_64": 56, "aarch64": 220}
+CLONE3_SYSCALL = 435
+
+
+class CloneArgs(ctypes.Structure):
+    """`struct clone_args` as clone3(2) reads it (its first version, 64 bytes)."""
+
+    _fields_ = [
+        (name, ctypes.c_uint64)
+        for name in (
+            "flags",
+            "pidfd",
+            "child_tid",
+            "parent_tid",
+            "exit_signal",
+            "stack",
+            "stack_size",
+            "tls",
+        )
+    ]
 
 
 def user_namespace(how: str) -> str:
-    """Make a user namespace: by `unshare(2)`, by a raw `clone(2)`, or with the `unshare`
-    command (as root inside it)."""
+    """Make a user namespace: by `unshare(2)`, by a raw `clone(2)` or `clone3(2)`, or with
+    the `unshare` command (as root inside it)."""
     if how == "command":
         done = subprocess.run(
             ["unshare", "--user", "--map-root-user", "id", "-u"],
@@ -80,7 +99,12 @@ def user_namespace(how: str) -> str:
         if code != 0:
             raise OSError(code, os.strerror(code))
         return "unshared"
-    child = libc.syscall(CLONE_SYSCALL[os.uname().machine], CLONE_NEWUSER | SIGCHLD, 0, 0, 0, 0)
+    if how == "clone3":
+        args = CloneArgs(flags=CLONE_NEWUSER, exit_signal=SIGCHLD)
+        child = libc.syscall(CLONE3_SYSCALL, ctypes.byref(args), ctypes.sizeof(args))
+    else:
+        machine = os.uname().machine
+        child = libc.syscall(CLONE_SYSCALL[machine], CLONE_NEWUSER | SIGCHLD, 0, 0, 0, 0)
     if child == 0:
         os._exit(0)
     if child < 0:
