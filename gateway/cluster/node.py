@@ -65,6 +65,9 @@ ROUTE_MARGIN_S = 5.0
 SEEN_CALLS = 10_000
 # A signed broadcast older than this is ignored (a replay; the bus delivers in milliseconds).
 ENVELOPE_MAX_AGE_S = 600
+# How far ahead of a reader's clock a message's signature may be (its time has whole
+# seconds, and two machines' clocks agree only so well).
+CLOCK_SKEW_S = 2.0
 # The wait for an owner to do an errand (a person's answer: a database write).
 ERRAND_WAIT_S = 10.0
 
@@ -172,13 +175,18 @@ class ClusterNode:
         """The signed value and when it was signed, or None when the signature, purpose or
         age is wrong."""
         try:
-            body, signed_at = self._signers[purpose].unsign(
-                data, max_age=math.ceil(max_age_s), return_timestamp=True
-            )
-            return json.loads(body), signed_at.timestamp()
+            body, signed = self._signers[purpose].unsign(data, return_timestamp=True)
+            value, signed_at = json.loads(body), signed.timestamp()
         except (BadSignature, ValueError, KeyError):
             log.warning("cluster: ignored a %s message with a bad signature", purpose)
             return None
+        # The age is checked here, not by the signer, which refuses any message signed in
+        # a second its reader's clock has not reached: nodes' clocks differ by a little.
+        age = time.time() - signed_at
+        if not -CLOCK_SKEW_S <= age <= max_age_s + 1:
+            log.warning("cluster: ignored a %s message signed %.1f s ago", purpose, age)
+            return None
+        return value, signed_at
 
     def _verify(self, purpose: str, data: bytes, max_age_s: float) -> Any:
         opened = self._open(purpose, data, max_age_s)

@@ -21,7 +21,7 @@ import logging
 from collections import Counter, OrderedDict
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from gateway.errors import QuotaExceeded, ToolFailure
@@ -139,8 +139,12 @@ class Sandboxes:
         limit = self.max_live_per_org
         if limit is None:
             return
+        # A task past its expiry no longer counts: its teardown is under way.
+        now = datetime.now(UTC)
         current = self._provisioning[org_id] + sum(
-            1 for live in self._live.values() if live.handle.binding.org_id == org_id
+            1
+            for live in self._live.values()
+            if live.handle.binding.org_id == org_id and live.handle.binding.expires_at > now
         )
         if current >= limit:
             raise QuotaExceeded(

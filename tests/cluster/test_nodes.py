@@ -14,6 +14,7 @@ from typing import Any
 
 import httpx
 import pytest
+from itsdangerous import TimestampSigner
 from pydantic import BaseModel
 from sqlalchemy import func, select
 from starlette.applications import Starlette
@@ -601,3 +602,39 @@ async def test_an_errand_that_fails_on_the_owner_is_answered_at_once_and_not_ret
         assert (failed.value.http_status, failed.value.code) == (500, "handler_error")
         assert not failed.value.retryable
         assert "a bug" not in failed.value.message  # the owner's insides stay there
+
+
+async def test_a_node_whose_clock_runs_a_little_ahead_is_heard(
+    nodes: Nodes, shared: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    a = await nodes.start("node-a")
+    identity, _ = await new_task(a)
+    await node_of(a).take(identity.task_id)
+    key = shared["secret_keys"][0]
+
+    def call(call_id: str) -> dict[str, Any]:
+        return {
+            "to": "node-a",
+            "task_id": identity.task_id,
+            "tool": "test.where",
+            "input": {},
+            "door": "mcp",
+            "key": None,
+            "call_id": call_id,
+            "wait_s": 30,
+        }
+
+    def signed_ahead(value: dict[str, Any], seconds: int) -> bytes:
+        with monkeypatch.context() as clock:
+            now = int(time.time())
+            clock.setattr(TimestampSigner, "get_timestamp", lambda _s: now + seconds)
+            return sign(value, key, "call")
+
+    # Signed by a node whose clock is 1 s ahead: in a second node a has not reached; and
+    # by one 30 s ahead, which no clock kept in time is.
+    ahead = signed_ahead(call("call_ahead1"), 1)
+    far_ahead = signed_ahead(call("call_ahead2"), 30)
+
+    assert (await request(a, "gw.call.node-a", ahead, shared))["result"]["status"] == "succeeded"
+    assert "refused" in await request(a, "gw.call.node-a", far_ahead, shared)
+    assert nodes.ran.by == ["node-a"]
