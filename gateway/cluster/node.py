@@ -60,9 +60,13 @@ MISSED_BEATS = 3
 OWNER_CACHE_S = 2.0
 # The wait for an owner's answer beyond the call's own time (the hop and the commit).
 ROUTE_MARGIN_S = 5.0
-# Routed calls an owner remembers having run, so a replayed envelope runs nothing; an
-# envelope is also refused once its call's wait is over.
-SEEN_CALLS = 10_000
+# Routed envelopes (calls, errands) an owner remembers having taken until their window
+# closes (their wait, then one second): a replay within it runs nothing, one after it is
+# refused as sent too long ago. Past this many open windows, new envelopes are refused
+# rather than an open window forgotten.
+SEEN_CALLS = 100_000
+# Tasks whose newest owner epoch is remembered.
+NEWEST_EPOCHS = 10_000
 # A signed broadcast older than this is ignored (a replay; the bus delivers in milliseconds).
 ENVELOPE_MAX_AGE_S = 600
 # How far ahead of a reader's clock a message's signature may be (its time has whole
@@ -418,20 +422,30 @@ class ClusterNode:
         if not isinstance(envelope_id, str) or not isinstance(wait_s, int | float):
             return refuse(None, "a malformed envelope")
         # The signature's time has whole seconds: one more is allowed for it.
-        if time.time() - signed_at > float(wait_s) + 1:
+        window_left = signed_at + float(wait_s) + 1 - time.time()
+        if window_left < 0:
             return refuse(envelope_id, "sent too long ago")
         if envelope.get("to") != self.node_id:
             return refuse(envelope_id, "sent to another node")
         if envelope_id in self._seen_calls:
             return refuse(envelope_id, "already run here")
-        self._remember(envelope_id)
+        if not self._remember(envelope_id, window_left):
+            return refuse(envelope_id, "too many routed calls in flight; retry")
         taken: dict[str, Any] = envelope
         return taken
 
-    def _remember(self, envelope_id: str) -> None:
-        self._seen_calls[envelope_id] = time.monotonic()
-        while len(self._seen_calls) > SEEN_CALLS:
-            self._seen_calls.popitem(last=False)
+    def _remember(self, envelope_id: str, window_s: float) -> bool:
+        """Remember an envelope until its window closes; False when too many are open."""
+        now = time.monotonic()
+        seen = self._seen_calls
+        # Oldest first: the closed windows at the front go (one still open stops the
+        # sweep, so a closed one behind it may stay a while longer; never the other way).
+        while seen and next(iter(seen.values())) < now:
+            seen.popitem(last=False)
+        if len(seen) >= SEEN_CALLS:
+            return False
+        seen[envelope_id] = now + window_s
+        return True
 
     def _forget(self, envelope_id: str) -> None:
         self._seen_calls.pop(envelope_id, None)
@@ -576,7 +590,7 @@ class ClusterNode:
         if epoch > self._newest.get(task_id, 0):
             self._newest[task_id] = epoch
             self._newest.move_to_end(task_id)
-            while len(self._newest) > SEEN_CALLS:
+            while len(self._newest) > NEWEST_EPOCHS:
                 self._newest.popitem(last=False)
 
     async def _lose(self, task_id: str) -> None:

@@ -182,6 +182,20 @@ async def request(gw: Gateway, subject: str, data: bytes, shared: dict[str, Any]
     return answer
 
 
+def routed_call(identity: TaskIdentity, call_id: str, tool: str = "test.where") -> dict[str, Any]:
+    """The envelope a node sends node-a for a call of `identity`'s task."""
+    return {
+        "to": "node-a",
+        "task_id": identity.task_id,
+        "tool": tool,
+        "input": {},
+        "door": "mcp",
+        "key": None,
+        "call_id": call_id,
+        "wait_s": 30,
+    }
+
+
 async def evidence_count(gw: Gateway, task_id: str) -> int:
     ev = schema.evidence
     query = select(func.count()).where(ev.c.task_id == task_id, ev.c.kind == "call")
@@ -336,16 +350,7 @@ async def test_routed_calls_that_are_forged_misdirected_or_replayed_run_nothing(
     a = await nodes.start("node-a")
     identity, _ = await new_task(a)
     await node_of(a).take(identity.task_id)
-    call: dict[str, Any] = {
-        "to": "node-a",
-        "task_id": identity.task_id,
-        "tool": "test.write",
-        "input": {},
-        "door": "mcp",
-        "key": None,
-        "call_id": "call_forged1",
-        "wait_s": 30,
-    }
+    call = routed_call(identity, "call_forged1", "test.write")
 
     def signed(value: dict[str, Any], key: str) -> bytes:
         return sign(value, key, "call")
@@ -612,18 +617,6 @@ async def test_a_node_whose_clock_runs_a_little_ahead_is_heard(
     await node_of(a).take(identity.task_id)
     key = shared["secret_keys"][0]
 
-    def call(call_id: str) -> dict[str, Any]:
-        return {
-            "to": "node-a",
-            "task_id": identity.task_id,
-            "tool": "test.where",
-            "input": {},
-            "door": "mcp",
-            "key": None,
-            "call_id": call_id,
-            "wait_s": 30,
-        }
-
     def signed_ahead(value: dict[str, Any], seconds: int) -> bytes:
         with monkeypatch.context() as clock:
             now = int(time.time())
@@ -632,9 +625,31 @@ async def test_a_node_whose_clock_runs_a_little_ahead_is_heard(
 
     # Signed by a node whose clock is 1 s ahead: in a second node a has not reached; and
     # by one 30 s ahead, which no clock kept in time is.
-    ahead = signed_ahead(call("call_ahead1"), 1)
-    far_ahead = signed_ahead(call("call_ahead2"), 30)
+    ahead = signed_ahead(routed_call(identity, "call_ahead1"), 1)
+    far_ahead = signed_ahead(routed_call(identity, "call_ahead2"), 30)
 
     assert (await request(a, "gw.call.node-a", ahead, shared))["result"]["status"] == "succeeded"
     assert "refused" in await request(a, "gw.call.node-a", far_ahead, shared)
     assert nodes.ran.by == ["node-a"]
+
+
+async def test_no_envelope_is_forgotten_while_its_window_is_open(
+    nodes: Nodes, shared: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(node_module, "SEEN_CALLS", 2)
+    a = await nodes.start("node-a")
+    identity, _ = await new_task(a)
+    await node_of(a).take(identity.task_id)
+    key, subject = shared["secret_keys"][0], "gw.call.node-a"
+    first, second, third = (
+        sign(routed_call(identity, f"call_window{n}"), key, "call") for n in range(3)
+    )
+
+    for envelope in (first, second):
+        answer = await request(a, subject, envelope, shared)
+        assert answer["result"]["status"] == "succeeded"
+    # Full of open windows: a new one is refused (it may be sent again), and the oldest is
+    # still remembered, so its replay runs nothing.
+    assert "too many" in (await request(a, subject, third, shared))["refused"]
+    assert "already run" in (await request(a, subject, first, shared))["refused"]
+    assert nodes.ran.by == ["node-a", "node-a"]
