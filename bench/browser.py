@@ -1,4 +1,9 @@
-"""The task browser against raw Playwright on the same Chromium, in the same run.
+"""The task browser against raw Playwright on the same Chromium build, in the same run.
+
+The gateway's Chromium runs in its network jail, as in production, whose only way out is
+the gateway's guard; raw Playwright gets its own Chromium, launched the same way but
+outside a jail (a context of the jailed one could reach no app), and its memory is
+measured on its own process tree.
 
 1. Task start: from the agent token to the first snapshot of the app page through the
    gateway's tools (authenticate, browser.navigate with the snapshot it returns, evidence
@@ -105,6 +110,14 @@ class Bench:
             data / "chromium", max_contexts=self.max_contexts, browser_launch_at_start=True
         )
         self.processes = BrowserProcesses(self.settings)
+        self.raw_processes = BrowserProcesses(
+            test_settings(
+                data / "raw",
+                max_contexts=self.max_contexts,
+                browser_launch_at_start=True,
+                browser_network_jail=False,
+            )
+        )
         self.gateways: list[Any] = []
         self.shed = 0  # calls turned away as overloaded, and made again
 
@@ -165,8 +178,12 @@ class Bench:
             raise RuntimeError(f"gateway start failed: {nav.error or nav.output}")
         return identity, nav.output["snapshot"]
 
+    @property
+    def raw_browser(self) -> Any:
+        return self.raw_processes.live()[0].browser
+
     async def raw_start(self) -> tuple[Any, Any, str]:
-        browser = self.processes.live()[0].browser
+        browser = self.raw_browser
         context = await browser.new_context()
         page = await context.new_page()
         await page.goto(self.app + "/")
@@ -176,6 +193,7 @@ class Bench:
         for gw in self.gateways:
             await gw.stop()
         await self.processes.close()
+        await self.raw_processes.close()
 
 
 async def timed(fn: Callable[[], Awaitable[Any]]) -> tuple[float, Any]:
@@ -252,13 +270,14 @@ async def measure_load(bench: Bench, tasks: int) -> tuple[list[dict[str, Any]], 
     from gateway.browser import BrowserPool
     from gateway.browser.memory import process_tree, pss_kib
 
-    pid = bench.processes.live()[0].pid
-    assert pid is not None, "memory is measured on a local Chromium"
+    gw_pid, raw_pid = bench.processes.live()[0].pid, bench.raw_processes.live()[0].pid
+    assert gw_pid is not None, "memory is measured on a local Chromium"
+    assert raw_pid is not None, "memory is measured on a local Chromium"
 
-    def browser_pss() -> float:
+    def browser_pss(pid: int) -> float:
         return pss_kib(process_tree(pid)) / MIB
 
-    def renderers() -> int:
+    def renderers(pid: int) -> int:
         count = 0
         for child in process_tree(pid):
             with contextlib.suppress(OSError):
@@ -266,19 +285,18 @@ async def measure_load(bench: Bench, tasks: int) -> tuple[list[dict[str, Any]], 
                     count += 1
         return count
 
-    async def settle() -> float:
+    async def settle(pid: int) -> float:
         await asyncio.sleep(1.5)
-        return browser_pss()
+        return browser_pss(pid)
 
     # Raw Playwright: the same sequence, the same concurrency.
-    base_raw = await settle()
+    base_raw = await settle(raw_pid)
 
     raw_contexts: list[Any] = []
 
     async def raw_task() -> float:
         t0 = time.perf_counter()
-        browser = bench.processes.live()[0].browser
-        context = await browser.new_context()
+        context = await bench.raw_browser.new_context()
         raw_contexts.append(context)
         page = await context.new_page()
         await page.goto(bench.app + "/", timeout=RAW_TIMEOUT_MS)
@@ -291,8 +309,8 @@ async def measure_load(bench: Bench, tasks: int) -> tuple[list[dict[str, Any]], 
     raw_results = await asyncio.gather(*(raw_task() for _ in range(tasks)), return_exceptions=True)
     raw_times = [r for r in raw_results if isinstance(r, float)]
     raw_errors = [repr(r) for r in raw_results if not isinstance(r, float)]
-    raw_pss = await settle()
-    raw_renderers = renderers()
+    raw_pss = await settle(raw_pid)
+    raw_renderers = renderers(raw_pid)
     for context in raw_contexts:
         with contextlib.suppress(Exception):
             await context.close()
@@ -300,7 +318,7 @@ async def measure_load(bench: Bench, tasks: int) -> tuple[list[dict[str, Any]], 
     # The gateway: N tasks, each from its token, through the tools.
     gw = await bench.gateway("load")
     pool = gw.services.get(BrowserPool)
-    base_gw = await settle()
+    base_gw = await settle(gw_pid)
     created = [await bench.new_task(gw) for _ in range(tasks)]
     errors: list[str] = []
     bench.shed = 0
@@ -319,8 +337,8 @@ async def measure_load(bench: Bench, tasks: int) -> tuple[list[dict[str, Any]], 
     times = [r for r in results if isinstance(r, float)]
     errors = [repr(r) for r in results if not isinstance(r, float)]
     live = pool.live_count()
-    gw_pss = await settle()
-    gw_renderers = renderers()
+    gw_pss = await settle(gw_pid)
+    gw_renderers = renderers(gw_pid)
     gateway_self = pss_kib([os.getpid()]) / MIB
     for task_id, _ in created:
         await gw.tasks.end(task_id)
@@ -382,6 +400,7 @@ async def run(rounds: int, tasks: int) -> int:
         async with app_process() as app:
             bench = Bench(app, Path(tmp), tasks)
             await bench.processes.start()
+            await bench.raw_processes.start()
             try:
                 start_rows, start_notes = await measure_start(bench, rounds)
                 load_rows: list[dict[str, Any]] = []

@@ -31,10 +31,13 @@ from typing import Any
 import httpx
 
 from bench.report import summary, write
+from gateway.registry import exposed_name
 from gateway.testing import CONTROL_KEY, test_settings
 
 GOAL_VS_SDK = 1.3
 TOOL = "bench.noop"
+# The name clients call it by, as the gateway lists it (and the plain SDK server too).
+CALLED = exposed_name(TOOL)
 MODERN = "2026-07-28"
 HANDSHAKE = "2025-11-25"
 MS = 1e3
@@ -94,7 +97,7 @@ def bare_sdk_app(json_mode: bool = False) -> Any:
         return types.ListToolsResult(
             tools=[
                 types.Tool(
-                    name=TOOL,
+                    name=CALLED,
                     description="Does nothing.",
                     input_schema={"type": "object", "properties": {}},
                 )
@@ -188,7 +191,7 @@ Call = Callable[[], Awaitable[None]]
 
 
 def _call_body(request_id: int, modern: bool) -> dict[str, Any]:
-    params: dict[str, Any] = {"name": TOOL, "arguments": {}}
+    params: dict[str, Any] = {"name": CALLED, "arguments": {}}
     if modern:
         params["_meta"] = ENVELOPE
     return {"jsonrpc": "2.0", "id": request_id, "method": "tools/call", "params": params}
@@ -209,7 +212,7 @@ async def raw_modern(http: httpx.AsyncClient, url: str, headers: dict[str, str])
         **headers,
         "mcp-protocol-version": MODERN,
         "mcp-method": "tools/call",
-        "mcp-name": TOOL,
+        "mcp-name": CALLED,
     }
 
     async def call() -> None:
@@ -335,7 +338,7 @@ async def measure(rounds: int, per_round: int) -> tuple[list[dict[str, Any]], di
 
             def sdk_call(client: Client) -> Call:
                 async def call() -> None:
-                    result = await client.call_tool(TOOL, {})
+                    result = await client.call_tool(CALLED, {})
                     if result.is_error:
                         raise RuntimeError(str(result.structured_content))
 

@@ -44,6 +44,7 @@ import httpx
 from bench.browser import app_process
 from bench.report import cpu_quiet, summary, write
 from gateway.chromium import find_chromium, launch_args
+from gateway.registry import exposed_name
 
 PEER_DIR = Path(__file__).parent / "peer"
 PEER_CLI = PEER_DIR / "node_modules" / "@playwright" / "mcp" / "cli.js"
@@ -219,7 +220,7 @@ class Ours:
             # Sessions at once beyond the browser's action slots are turned away as
             # `overloaded`: made again after the time named, as the contract asks of a client.
             while True:
-                result = await client.call_tool(tool, data)
+                result = await client.call_tool(exposed_name(tool), data)
                 error = (result.structured_content or {}).get("error") or {}
                 if error.get("code") != "overloaded":
                     return _text(result)

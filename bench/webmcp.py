@@ -4,7 +4,8 @@ One dashboard page connects with the shim (`webmcp: true`) in a Chromium with na
 WebMCP; the task's catalog holds a no-op tool. Every path is driven by the same client,
 Playwright, and crosses the same page and the same kind of websocket to the same server:
 
-- webmcp: `page.webmcp.call_tool("bench.noop", {})`: Chromium's WebMCP, the shim's
+- webmcp: `page.webmcp.call_tool("bench_noop", {})` (the tool `bench.noop` under the name
+  strict clients accept): Chromium's WebMCP, the shim's
   `execute`, a `tool_call` frame, the registry pipeline with its evidence committed, the
   `tool_result` frame, back to the caller;
 - floor: `page.webmcp.call_tool("bench.echo", {})`, a WebMCP tool the page registers
@@ -39,7 +40,7 @@ from starlette.websockets import WebSocket, WebSocketDisconnect
 from bench.report import summary, write
 from gateway.chromium import find_chromium, launch_args
 from gateway.http import health, tasks
-from gateway.registry import Tool, ToolContext
+from gateway.registry import Tool, ToolContext, exposed_name
 from gateway.runtime import Gateway
 from gateway.serving import serving
 from gateway.tabs import install
@@ -47,6 +48,8 @@ from gateway.testing import live_gateway, test_settings
 
 P50_GOAL = 1.5
 MS = 1e3
+# The no-op's name on the page: WebMCP lists a gateway tool under its exposed name.
+NOOP = exposed_name("bench.noop")
 
 PAGE = """<!doctype html><html><head><title>bench</title></head><body>
 <script type="module">
@@ -153,11 +156,11 @@ async def run(rounds: int) -> int:
                 await tab.evaluate("(p) => window.registerEcho(p)", sample)
                 for _ in range(100):
                     names = {t["name"] for t in await tab.webmcp.tools()}
-                    if {"bench.noop", "bench.echo"} <= names:
+                    if {NOOP, "bench.echo"} <= names:
                         break
                     await asyncio.sleep(0.05)
                 paths: dict[str, Callable[[], Awaitable[Any]]] = {
-                    "webmcp": lambda: tab.webmcp.call_tool("bench.noop", {}),
+                    "webmcp": lambda: tab.webmcp.call_tool(NOOP, {}),
                     "floor": lambda: tab.webmcp.call_tool("bench.echo", {}),
                     "reference": lambda: tab.evaluate("(p) => window.echoOnce(p)", sample),
                 }

@@ -189,7 +189,12 @@ async def run_workflow(
         expect(agent["current_version"]["id"] == version_id, "the version is persisted")
         expect(agent["draft"] is None, "the draft became the version")
         state["version_id"] = version_id
-        [approval] = await stack.gateway.approvals.listing(task.task_id)
+        # The newest of the task's approvals is this save's (a task may run the workflow
+        # more than once).
+        approvals = await stack.gateway.approvals.listing(task.task_id)
+        expect(bool(approvals), "the save asked for an approval")
+        approval = approvals[-1]
+        expect(approval["tool"] == "agents.save_draft", "the approval is the save's")
         expect(approval["status"] == "approved", "the save was approved before it ran")
         return (
             f"{agent_id} v{out['version']} saved as {version_id} once approved "
