@@ -653,3 +653,27 @@ async def test_no_envelope_is_forgotten_while_its_window_is_open(
     assert "too many" in (await request(a, subject, third, shared))["refused"]
     assert "already run" in (await request(a, subject, first, shared))["refused"]
     assert nodes.ran.by == ["node-a", "node-a"]
+
+
+async def test_an_errand_the_owner_does_not_answer_in_time_may_have_been_done(
+    nodes: Nodes, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(node_module, "ERRAND_WAIT_S", 0.5)
+    a = await nodes.start("node-a")
+    b = await nodes.start("node-b")
+    identity, _ = await new_task(a)
+    await node_of(a).take(identity.task_id)
+    done = asyncio.Event()
+
+    async def slow(_identity: TaskIdentity, _body: dict[str, Any]) -> dict[str, Any]:
+        await asyncio.sleep(1.0)
+        done.set()
+        return {"done": True}
+
+    node_of(a).serve_errand("test.slow", slow)
+    with pytest.raises(ErrandError) as failed:
+        await node_of(b).at_owner(identity.task_id, "test.slow", {})
+    assert (failed.value.http_status, failed.value.code) == (504, "timeout")
+    assert not failed.value.retryable  # asking again could do it twice
+    assert "may have done it" in failed.value.message
+    await asyncio.wait_for(done.wait(), 5)  # and the owner did
