@@ -368,7 +368,10 @@ class Ledger:
 async def _free(conn: AsyncConnection, which: Any) -> list[Freed]:
     """Let go of the tasks `which` selects. The approvals still pending for them waited on
     the node that held them, whose calls are gone: they end cancelled, in the same
-    transaction, so none asked after another node took the task is touched."""
+    transaction, so none asked after another node took the task is touched. As with a
+    single gateway's sweep at start (`Store.close_orphaned_approvals`), the row's status
+    is their record: the node that asked, which would write `approval.closed` and tell
+    its tab, is not there to."""
     owners, approvals = schema.task_owners, schema.approvals
     freed = [
         Freed(row.task_id, int(row.epoch))

@@ -62,10 +62,9 @@ class Checkout:
         return {"tree": self.tree, "sha256": self.sha256, "files": self.files, "bytes": self.bytes}
 
 
-def _git(repository: Path, *args: str, stdin: bytes | None = None) -> bytes:
+def _git(repository: Path, *args: str) -> bytes:
     done = subprocess.run(
         ["git", "-C", str(repository), *args],
-        input=stdin,
         capture_output=True,
         env=_GIT_ENV,
         timeout=GIT_TIMEOUT_S,

@@ -19,7 +19,7 @@ from gateway.testing.cluster import LocalCluster
 from gateway.testing.control import ControlPlane, GatewayTask
 from gateway.testing.postgres import Cluster
 from gateway.testing.tab_client import ORIGIN, running_tab
-from gateway.testing.waiting import until_true
+from gateway.testing.waiting import until, until_true
 
 pytestmark = pytest.mark.cluster
 
@@ -202,7 +202,7 @@ async def test_an_owner_killed_under_load_loses_nothing_answered_and_runs_no_key
         killed_at = time.monotonic()
         cluster.kill(owner)
         # The tab comes back on another node, through the front.
-        await asyncio.wait_for(_until(lambda: back_elsewhere(tab)), 30)
+        await until(lambda: back_elsewhere(tab), "the tab is back on another node", bound_s=30)
         first_after = None
         while first_after is None:
             answer = await bridge_client(cluster.front_url, task).call("ui.read_view", {})
@@ -271,7 +271,7 @@ async def test_a_frozen_owner_wakes_to_find_its_epoch_gone(
         cluster.cont(one)  # SIGCONT
         await asyncio.gather(*late, return_exceptions=True)
         # The old owner lets the task go; its tab comes back and the task goes on.
-        await asyncio.wait_for(_until(lambda: back_elsewhere(tab)), 30)
+        await until(lambda: back_elsewhere(tab), "the tab is back on another node", bound_s=30)
         answer = await bridge_client(two.url, task).call("ui.read_view", {})
         assert answer.status == "succeeded", answer
         after = await bridge_client(two.url, task).call(
@@ -353,9 +353,3 @@ async def test_an_artifact_written_on_node_1_is_read_through_node_3_after_node_1
         response = await http.get(f"/v1/artifacts/{transcript.artifact_id}")
     assert response.status_code == 200
     assert b"kept" in response.content or b"a.txt" in response.content
-
-
-async def _until(condition: Any) -> None:
-    # The conditions are about several fields a client changes; looking again is simplest.
-    while not condition():  # noqa: ASYNC110
-        await asyncio.sleep(0.05)

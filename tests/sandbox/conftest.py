@@ -65,8 +65,9 @@ def app_repo(tmp_path_factory: pytest.TempPathFactory) -> AppRepo:
 
 
 # The uids this test process's gateways run sandboxes as: a gateway kills any process of
-# its uid range when it starts, so two test runs on one machine must not share one.
-UID_BASE = 1_900_000_000 + 64 * (os.getpid() % 100_000)
+# its uid range when it starts, so two test runs on one machine must not share one. Each
+# process has 128: its gateways' 32 by default, and the blocks +32 and +64 some tests use.
+UID_BASE = 1_900_000_000 + 128 * (os.getpid() % 100_000)
 
 
 def sandbox_settings(

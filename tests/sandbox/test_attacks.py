@@ -21,7 +21,7 @@ from gateway.sandbox.errors import SandboxRefused
 from gateway.sandbox.local import LocalSandbox, sandbox_processes
 from gateway.sandbox.service import Sandboxes
 from gateway.testing import LiveGateway, live_gateway
-from gateway.testing.waiting import until
+from gateway.testing.waiting import until, until_true
 from tests.sandbox.conftest import (
     UID_BASE,
     AppRepo,
@@ -176,10 +176,11 @@ async def stopped_over_budget(live: LiveGateway, task_id: str, sandbox: LocalSan
     await until(lambda: sandbox.state == "down", "the app stopped")
     assert sandbox.restarts == 0  # the data is still there: it is not started again
     assert sandbox_processes(sandbox.uid, sandbox.pid_namespace) == []
-    for _ in range(100):
-        if await live.evidence(task_id, "sandbox.down"):
-            break
-        await asyncio.sleep(0.05)
+
+    async def recorded() -> bool:
+        return bool(await live.evidence(task_id, "sandbox.down"))
+
+    await until_true(recorded, "the stop was recorded")
     [down] = await live.evidence(task_id, "sandbox.down")
     assert down["data"]["limit"] == "data_bytes"
     assert down["data"]["data_bytes"] > down["data"]["data_max_bytes"] == 2 * MIB

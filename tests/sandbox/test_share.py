@@ -64,6 +64,7 @@ async def test_an_organization_past_its_share_is_refused_and_keeps_its_sandbox(
     first = await create(live, app_repo.v1, "org_a")
     assert first.status_code == 201, first.text
     running = sandbox_uids(live)
+    assert len(running) == 1
 
     refused(await create(live, app_repo.v1, "org_a"), "org_a")
     assert sandbox_uids(live) == running  # the refused create started nothing
@@ -82,6 +83,7 @@ async def test_concurrent_creates_take_exactly_the_free_places(
 ) -> None:
     answers = await asyncio.gather(*(create(live, app_repo.v1, "org_c") for _ in range(3)))
     assert sorted(a.status_code for a in answers) == [201, 429, 429]
+    assert len(sandbox_uids(live)) == 1  # the refused creates started nothing
     for answer in answers:
         if answer.status_code == 429:
             refused(answer, "org_c")
