@@ -122,6 +122,22 @@ async def test_both_validators_give_every_action_the_same_verdict(
                 }""",
                 [cases, views.describe()],
             )
+            # A view whose params schema holds a non-schema refuses what it guards: the
+            # request gets its invalid_input answer instead of a throw in the handler.
+            odd = {
+                "name": "odd",
+                "title": "Odd",
+                "params_schema": {"type": "object", "properties": {"a": {"anyOf": [True]}}},
+            }
+            malformed = await page.evaluate(
+                """async (views) => {
+                    const shim = await import("/webmcp.js");
+                    const action = {type: "open_view", view: "odd", params: {a: 1}};
+                    try { return shim.validateAction(action, views); }
+                    catch (error) { return "threw: " + error; }
+                }""",
+                [odd],
+            )
         finally:
             await context.close()
     shim = {name: reason is None for name, reason in verdicts.items()}
@@ -130,3 +146,4 @@ async def test_both_validators_give_every_action_the_same_verdict(
     # Both sides did judge: the valid ones pass, the corpus is refused.
     assert all(python[name] for name, _ in EDGES if name.startswith("valid."))
     assert not any(python[name] for name, _ in corpus_actions())
+    assert malformed is not None and malformed.endswith("has no valid schema"), malformed

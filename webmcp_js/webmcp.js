@@ -105,11 +105,10 @@ function resolve(schema, root) {
 // Each validator is `(value, where) => reason or null`.
 const NESTED_TOO_DEEPLY = (_value, where) => `${where} is nested too deeply`;
 const ANYTHING = () => null;
-// What walking a schema that is not an object (null, true, 1) did: fail with a TypeError.
-const NOT_A_SCHEMA = () => {
-  throw new TypeError("a JSON schema must be an object");
-};
-const isSchema = (schema) => schema !== null && (typeof schema === "object" || typeof schema === "function");
+// A schema that is not an object (null, true, 1) checks nothing: what it guards is refused,
+// so the request gets its invalid_input answer instead of throwing in the message handler.
+const NOT_A_SCHEMA = (_value, where) => `${where} has no valid schema`;
+const isSchema = (schema) => schema !== null && typeof schema === "object";
 
 function child(schema, root, depth) {
   if (!isPlainObject(schema) || typeof schema.$ref !== "string") return compileSchema(schema, root, depth);
