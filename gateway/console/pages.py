@@ -198,6 +198,14 @@ def entry_html(entry: Entry, links: Links, start: float | None) -> str:
             f"events from {e(when(agg.get('first_at')))} to {e(when(agg.get('last_at')))}, "
             f"{len(agg.get('samples') or [])} kept as samples</p>"
         )
+    if entry.ui_actions:
+        sent = "".join(
+            f'<li data-ui-action="{e(a["action"])}" data-outcome="{e(a["status"])}">'
+            f'to the tab: <code>{e(a["action"])}</code> '
+            f'<span class="status s-{e(a["status"])}">{e(a["status"])}</span></li>'
+            for a in entry.ui_actions
+        )
+        body.append(f'<ul class="ui-actions" data-testid="ui-actions">{sent}</ul>')
     for shot in entry.screenshots:
         url = links.artifact(shot)
         body.append(

@@ -43,6 +43,8 @@ class Entry:
     who: Mapping[str, Any] | None = None
     data: Any = None
     call_id: str | None = None
+    # The UI actions a call sent to the task's tab, each with the tab's answer.
+    ui_actions: list[dict[str, Any]] = field(default_factory=list)
 
     def public(self) -> dict[str, Any]:
         return {
@@ -62,6 +64,7 @@ class Entry:
             "who": self.who,
             "data": self.data,
             "call_id": self.call_id,
+            "ui_actions": self.ui_actions,
         }
 
 
@@ -88,6 +91,20 @@ def _call(record: Mapping[str, Any], seq: int) -> Entry:
         ):
             shots.append(artifact["artifact_id"])
     error = record.get("error")
+    status = _text(record.get("status"))
+    sent: list[dict[str, Any]] = []
+    tab = context.get("tab") if isinstance(context, Mapping) else None
+    # A ui.* tool notes the one action it sent (its reply is the call's output); a host's
+    # tool notes each action it sent, with the tab's answer.
+    for item in [tab] if isinstance(tab, Mapping) else tab if isinstance(tab, list) else []:
+        if isinstance(item, Mapping) and isinstance(item.get("action"), str):
+            sent.append(
+                {
+                    "action": item["action"],
+                    "request_id": _text(item.get("request_id")),
+                    "status": _text(item.get("status")) or status,
+                }
+            )
     return Entry(
         seq=seq,
         at=_number(record.get("started_at")),
@@ -95,7 +112,7 @@ def _call(record: Mapping[str, Any], seq: int) -> Entry:
         title=tool,
         tool=tool,
         door=_text(record.get("door")),
-        status=_text(record.get("status")),
+        status=status,
         duration_ms=_number(record.get("duration_ms")),
         error=error if isinstance(error, Mapping) else None,
         input=record.get("input"),
@@ -103,6 +120,7 @@ def _call(record: Mapping[str, Any], seq: int) -> Entry:
         screenshots=shots,
         data=context if isinstance(context, Mapping) else None,
         call_id=_text(record.get("call_id")),
+        ui_actions=sent,
     )
 
 
