@@ -28,7 +28,8 @@ from examples.synthetic_app.serve import ExampleStack, running_stack
 from examples.synthetic_app.store import who
 from examples.synthetic_app.workflow import mcp_door, open_assistant, run_workflow, sign_in
 from gateway.console import HostSignIn, Viewer, host_viewer
-from gateway.testing import test_settings
+from gateway.results import Door as GatewayDoor
+from gateway.testing import task_body, test_settings
 from gateway.tokens import Purpose
 
 pytestmark = [pytest.mark.browser, pytest.mark.asyncio(loop_scope="session")]
@@ -64,10 +65,43 @@ async def example(tmp_path: Path) -> AsyncIterator[ExampleStack]:
         yield stack
 
 
-async def shot(page: Any, name: str) -> None:
+async def shot(page: Any, name: str, element: Any = None) -> None:
     if SHOTS:
         Path(SHOTS).mkdir(parents=True, exist_ok=True)
-        await page.screenshot(path=str(Path(SHOTS) / f"console-{name}.png"), full_page=True)
+        path = str(Path(SHOTS) / f"console-{name}.png")
+        if element is not None:
+            await element.screenshot(path=path)
+        else:
+            await page.screenshot(path=path)
+
+
+async def other_tasks(stack: ExampleStack) -> dict[str, str]:
+    """Two more tasks beside the workflow's: one of Acme that ended after a refused call,
+    one of Globex still live."""
+    made = {}
+    async with httpx.AsyncClient(base_url=stack.gateway_url) as http:
+        control = {"authorization": f"Bearer {stack.gateway.settings.control_key}"}
+        for name, org, actor in (("ended", "org_acme", "max"), ("globex", "org_globex", "gus")):
+            body = task_body(org=org, actor=actor, role="member", scopes=["ui"])
+            created = await http.post("/v1/tasks", json=body, headers=control)
+            assert created.status_code == 201, created.text
+            made[name] = created.json()["task_id"]
+            identity = await stack.gateway.tasks.authenticate(
+                created.json()["tokens"]["agent"], Purpose.AGENT
+            )
+            refused = await stack.gateway.pipeline.call(
+                identity, "agents.save_draft", {"agent_id": "agt_x"}, door=GatewayDoor.MCP
+            )
+            assert refused.status == "denied"
+        await stack.gateway.tasks.end(made["ended"])
+    return made
+
+
+async def listed(page: Any) -> list[str]:
+    ids: list[str] = await page.eval_on_selector_all(
+        '[data-testid="tasks"] tbody tr', "rows => rows.map(r => r.dataset.taskId)"
+    )
+    return ids
 
 
 def ref_of(snapshot: str, text: str) -> str:
@@ -130,8 +164,25 @@ async def test_a_person_follows_a_task_in_the_console(
             pictured = await door.call("browser.screenshot", {})
             assert pictured["status"] == "succeeded", pictured
 
-            # The list shows the task, live: its counts follow the calls.
-            await view.goto(f"{example.gateway_url}/console?org=org_acme")
+            # The list: every task, narrowed by organization, actor, status and door.
+            more = await other_tasks(example)
+            await view.goto(f"{example.gateway_url}/console")
+            assert set(await listed(view)) >= {task_id, *more.values()}
+            await shot(view, "tasks")
+            await view.fill("#f-org", "org_acme")
+            await view.click('[data-testid="filters"] button')
+            await view.wait_for_url("**org=org_acme**")
+            assert more["globex"] not in await listed(view)
+            await view.select_option("#f-status", "ended")
+            await view.click('[data-testid="filters"] button')
+            await view.wait_for_url("**status=ended**")
+            assert await listed(view) == [more["ended"]]
+            ended_row = view.locator(f'tr[data-task-id="{more["ended"]}"]')
+            assert await ended_row.locator('[data-count="refused"]').text_content() == "1"
+            await view.goto(f"{example.gateway_url}/console?actor=ada&door=mcp")
+            assert await listed(view) == [task_id]
+
+            # Its counts follow the calls, live.
             row = view.locator(f'tr[data-task-id="{task_id}"]')
             await row.wait_for()
             calls = row.locator('[data-count="calls"]')
@@ -142,7 +193,6 @@ async def test_a_person_follows_a_task_in_the_console(
             await view.wait_for_function(
                 "([el, n]) => Number(el.textContent) > n", arg=[await calls.element_handle(), before]
             )
-            await shot(view, "tasks")
 
             # The task's timeline: the six operations in order, each with its door.
             await row.locator("a").click()
@@ -193,7 +243,7 @@ async def test_a_person_follows_a_task_in_the_console(
             assert "agents.save_draft" in (await card.text_content() or "")
             assert await card.locator("button.approve").is_disabled()
             await card.scroll_into_view_if_needed()
-            await shot(view, "approval")
+            await shot(view, "approval", view.locator('[data-testid="approvals"]'))
             await card.locator("button.approve").click()
             saved = await asyncio.wait_for(saving, 30)
             assert saved["status"] == "succeeded", saved
@@ -271,6 +321,7 @@ async def test_a_person_follows_a_task_in_the_console(
         await viewer.get_by_text(re.compile("click", re.I)).first.wait_for(timeout=30_000)
         titles = await viewer.locator(".action-title").all_text_contents()
         assert any("click" in t.lower() for t in titles), titles
+        await viewer.locator(".action-title", has_text=re.compile("click", re.I)).first.click()
         await shot(viewer, "trace")
 
         # The export: one archive with the timeline, its screenshots and the trace.

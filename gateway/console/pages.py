@@ -143,8 +143,8 @@ def tasks_page(
     body = (
         "<h1>Tasks</h1>"
         f'<form class="filters" method="get" action="{BASE}" data-testid="filters">'
-        f'<label>Organization <input name="org" value="{e(filters.get("org"))}"></label>'
-        f'<label>Actor <input name="actor" value="{e(filters.get("actor"))}"></label>'
+        f'<label>Organization <input name="org" id="f-org" value="{e(filters.get("org"))}"></label>'
+        f'<label>Actor <input name="actor" id="f-actor" value="{e(filters.get("actor"))}"></label>'
         f"<label>Status {_select('status', STATUSES, filters.get('status'))}</label>"
         f"<label>Door {_select('door', DOORS, filters.get('door'))}</label>"
         '<button type="submit">Filter</button></form>'
@@ -169,8 +169,11 @@ def _details(label: str, value: Any) -> str:
 
 def entry_html(entry: Entry, links: Links, start: float | None) -> str:
     offset = ""
-    if entry.at is not None and start is not None:
-        offset = f"+{entry.at - start:.2f} s"
+    ended = entry.ended_at
+    if ended is not None and start is not None:
+        # Records are in the order they were stored, which for a call is when it ended (its
+        # approval's records come before it): the offset shown is that moment.
+        offset = f"+{ended - start:.2f} s"
     facts = []
     if entry.door:
         facts.append(f'<span class="door" data-field="door">{e(entry.door)}</span>')
@@ -223,11 +226,17 @@ def entry_html(entry: Entry, links: Links, start: float | None) -> str:
         f'<li class="entry c-{e(entry.category)}" data-seq="{entry.seq}" '
         f'data-category="{e(entry.category)}" data-tool="{e(entry.tool or "")}" '
         f'data-status="{e(entry.status or "")}">'
-        f'<div class="line"><span class="at" title="{e(when(entry.at))}">{e(offset)}</span>'
+        f'<div class="line"><span class="at" title="{e(_span(entry))}">{e(offset)}</span>'
         f'<span class="category">{e(entry.category)}</span>'
         f'<span class="title">{e(entry.title)}</span>{"".join(facts)}</div>'
         f"{''.join(body)}</li>"
     )
+
+
+def _span(entry: Entry) -> str:
+    if entry.duration_ms is None:
+        return when(entry.at)
+    return f"started {when(entry.at)}, took {ms(entry.duration_ms)}"
 
 
 def entries_html(entries: Iterable[Entry], links: Links, start: float | None) -> str:

@@ -46,6 +46,13 @@ class Entry:
     # The UI actions a call sent to the task's tab, each with the tab's answer.
     ui_actions: list[dict[str, Any]] = field(default_factory=list)
 
+    @property
+    def ended_at(self) -> float | None:
+        """When it was over: a call's start plus its duration, an event's own time."""
+        if self.at is None or self.duration_ms is None:
+            return self.at
+        return self.at + self.duration_ms / 1000
+
     def public(self) -> dict[str, Any]:
         return {
             "seq": self.seq,

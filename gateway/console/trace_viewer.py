@@ -34,6 +34,18 @@ _TYPES = {
 }
 
 
+WORKER = "sw.bundle.js"
+# The viewer's pages load their own files only (its fallback notice is an inline script, its
+# components set inline styles); the recorded pages it shows come from the trace, through
+# its worker, with their scripts and event handlers left out by Playwright's renderer.
+VIEWER_POLICY = (
+    "default-src 'self'; script-src 'self' 'unsafe-inline'; style-src 'self' 'unsafe-inline'; "
+    "img-src 'self' data: blob:; font-src 'self' data:; connect-src 'self'; "
+    "frame-src 'self' blob:; worker-src 'self'; frame-ancestors 'self'; base-uri 'self'"
+)
+WORKER_POLICY = "default-src 'self'; connect-src 'self'"
+
+
 @cache
 def viewer_dir() -> Path | None:
     """The folder of the viewer's files, or None if this playwright has none."""
@@ -44,7 +56,7 @@ def viewer_dir() -> Path | None:
     root = Path(playwright.__file__).resolve().parent
     for parts in _LAYOUTS:
         folder = root.joinpath(*parts)
-        if (folder / "index.html").is_file() and (folder / "sw.bundle.js").is_file():
+        if (folder / "index.html").is_file() and (folder / WORKER).is_file():
             return folder
     return None
 
@@ -59,5 +71,9 @@ def viewer_file(relative: str) -> Response:
         raise NotFound("no such file of the trace viewer")
     media = _TYPES.get(target.suffix) or mimetypes.guess_type(target.name)[0]
     # The service worker's scope is its own folder: it controls the viewer, not the console.
-    headers = {"X-Content-Type-Options": "nosniff"}
+    headers = {"X-Content-Type-Options": "nosniff", "Content-Security-Policy": VIEWER_POLICY}
+    if target.name == WORKER:
+        # A worker's fetches obey the policy its script came with: the viewer reads traces
+        # of this gateway only, never one a crafted `?trace=` link points elsewhere.
+        headers["Content-Security-Policy"] = WORKER_POLICY
     return FileResponse(target, media_type=media or "application/octet-stream", headers=headers)
