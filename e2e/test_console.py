@@ -228,7 +228,6 @@ async def test_a_person_follows_a_task_in_the_console(
                 "() => [...document.querySelectorAll('img[data-artifact]')]"
                 ".every(i => i.complete && i.naturalWidth > 0)"
             )
-            await shot(view, "timeline")
 
             # An approval answered from the console while the agent's call waits.
             agent_id = (await example.dashboard.store.list_agents(ADA))[0]["id"]
@@ -313,6 +312,21 @@ async def test_a_person_follows_a_task_in_the_console(
         await example.gateway.tasks.end(task_id)
         trace = await wait_for_trace(example, identity.org_id, task_id)
         await view.reload()
+        await shot(view, "task")
+        browsing = view.locator('[data-testid="timeline"] li[data-category="browser"]')
+        top = await browsing.first.bounding_box()
+        bottom = await browsing.last.bounding_box()
+        if SHOTS and top and bottom:
+            await view.set_viewport_size({"width": 1360, "height": 4000})
+            top = await browsing.first.bounding_box()
+            bottom = await browsing.last.bounding_box()
+            assert top and bottom
+            await view.screenshot(
+                path=str(Path(SHOTS) / "console-timeline.png"),
+                clip={"x": 0, "y": top["y"] - 8, "width": 1360,
+                      "height": bottom["y"] + bottom["height"] - top["y"] + 16},
+            )
+            await view.set_viewport_size({"width": 1360, "height": 900})
         link = view.locator('[data-testid="open-trace"]')
         async with console.expect_page() as opened_viewer:
             await link.click()

@@ -24,6 +24,11 @@ STATIC = Path(__file__).resolve().parent / "static"
 BASE = "/console"
 STATUSES = ("active", "ended", "expired")
 DOORS = tuple(door.value for door in Door)
+# Who may answer a request, by its `by`: the control plane answers any of them.
+ASKED_OF = {
+    "actor": "the task's own user, or the control plane",
+    "control": "the control plane only",
+}
 NOTHING_ASKED = '<p class="empty" data-empty>Nothing asked yet.</p>'
 
 
@@ -281,7 +286,8 @@ def approval_card(approval: Mapping[str, Any]) -> str:
         "<dl>"
         f"<dt>call</dt><dd>{e(approval.get('call_id'))}</dd>"
         f"<dt>door</dt><dd>{e(approval.get('door'))}</dd>"
-        f"<dt>for</dt><dd>{e(approval.get('by'))} to approve</dd>"
+        f"<dt>answered by</dt><dd>{e(ASKED_OF.get(str(approval.get('by')), approval.get('by')))}"
+        "</dd>"
         f"<dt>input sha256</dt><dd class='digest'>{e(approval.get('input_sha256'))}</dd>"
         f"<dt>expires</dt><dd>{e(when(approval.get('expires_at')))}</dd>"
         "</dl>"
