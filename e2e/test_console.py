@@ -67,7 +67,7 @@ async def example(tmp_path: Path) -> AsyncIterator[ExampleStack]:
 
 async def shot(page: Any, name: str, element: Any = None) -> None:
     if SHOTS:
-        Path(SHOTS).mkdir(parents=True, exist_ok=True)
+        # Playwright makes the folder.
         path = str(Path(SHOTS) / f"console-{name}.png")
         if element is not None:
             await element.screenshot(path=path)
@@ -191,7 +191,8 @@ async def test_a_person_follows_a_task_in_the_console(
             again = await door.call("dashboard.read_view", {})
             assert again["status"] == "succeeded"
             await view.wait_for_function(
-                "([el, n]) => Number(el.textContent) > n", arg=[await calls.element_handle(), before]
+                "([el, n]) => Number(el.textContent) > n",
+                arg=[await calls.element_handle(), before],
             )
 
             # The task's timeline: the six operations in order, each with its door.
@@ -323,8 +324,12 @@ async def test_a_person_follows_a_task_in_the_console(
             assert top and bottom
             await view.screenshot(
                 path=str(Path(SHOTS) / "console-timeline.png"),
-                clip={"x": 0, "y": top["y"] - 8, "width": 1360,
-                      "height": bottom["y"] + bottom["height"] - top["y"] + 16},
+                clip={
+                    "x": 0,
+                    "y": top["y"] - 8,
+                    "width": 1360,
+                    "height": bottom["y"] + bottom["height"] - top["y"] + 16,
+                },
             )
             await view.set_viewport_size({"width": 1360, "height": 900})
         link = view.locator('[data-testid="open-trace"]')
@@ -339,7 +344,9 @@ async def test_a_person_follows_a_task_in_the_console(
         await shot(viewer, "trace")
 
         # The export: one archive with the timeline, its screenshots and the trace.
-        exported = await view.request.get(f"{example.gateway_url}/console/tasks/{task_id}/export.zip")
+        exported = await view.request.get(
+            f"{example.gateway_url}/console/tasks/{task_id}/export.zip"
+        )
         assert exported.status == 200
         archive = zipfile.ZipFile(io.BytesIO(await exported.body()))
         names = set(archive.namelist())

@@ -128,7 +128,9 @@ class ConsoleAccess:
 
     def csrf_token(self, viewer: Viewer) -> str:
         key = (self.secret_keys() or [""])[0].encode()
-        return hmac.new(key, f"console-csrf|{viewer.via}|{viewer.session}".encode(), "sha256").hexdigest()
+        return hmac.new(
+            key, f"console-csrf|{viewer.via}|{viewer.session}".encode(), "sha256"
+        ).hexdigest()
 
     def check_answer(self, request: Request, viewer: Viewer) -> None:
         """A change made through a cookie carries the page's token: a page on another site

@@ -55,9 +55,7 @@ def build(
     """The archive's bytes (built in memory: call it off the event loop)."""
     buffer = io.BytesIO()
     names = {a.artifact_id: archive_name(a) for a in artifacts if a.data is not None}
-    missing = [
-        {"artifact_id": a.artifact_id, "name": a.name} for a in artifacts if a.data is None
-    ]
+    missing = [{"artifact_id": a.artifact_id, "name": a.name} for a in artifacts if a.data is None]
     with zipfile.ZipFile(buffer, "w") as archive:
         archive.writestr("task.json", _json(task), _DEFLATED)
         archive.writestr("evidence.json", _json(list(records)), _DEFLATED)

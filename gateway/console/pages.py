@@ -89,9 +89,7 @@ def layout(title: str, body: str, *, viewer: str = "", csrf: str = "", page: str
 
 def sign_in_page(error: str = "", host_url: str | None = None) -> str:
     problem = f'<p class="error" role="alert">{e(error)}</p>' if error else ""
-    host = (
-        f'<p>Or <a href="{e(host_url)}">sign in with your account</a>.</p>' if host_url else ""
-    )
+    host = f'<p>Or <a href="{e(host_url)}">sign in with your account</a>.</p>' if host_url else ""
     body = (
         '<section class="signin"><h1>Sign in</h1>'
         "<p>The console shows every task of this gateway. Present the control-plane key "
@@ -209,7 +207,7 @@ def entry_html(entry: Entry, links: Links, start: float | None) -> str:
     if entry.ui_actions:
         sent = "".join(
             f'<li data-ui-action="{e(a["action"])}" data-outcome="{e(a["status"])}">'
-            f'to the tab: <code>{e(a["action"])}</code> '
+            f"to the tab: <code>{e(a['action'])}</code> "
             f'<span class="status s-{e(a["status"])}">{e(a["status"])}</span></li>'
             for a in entry.ui_actions
         )
@@ -373,7 +371,7 @@ def task_page(
     )
     body = (
         f'<article class="task" data-task-id="{e(tid)}" data-last-seq="{last_seq}">'
-        f'<h1>Task <code>{e(tid)}</code></h1>{facts}'
+        f"<h1>Task <code>{e(tid)}</code></h1>{facts}"
         f'<section class="metrics" data-testid="metrics">{metrics_html(metrics, len(pending))}'
         "</section>"
         '<h2>Approvals</h2><div class="approvals" data-testid="approvals">'

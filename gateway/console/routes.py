@@ -212,9 +212,7 @@ def routes(gw: Gateway) -> list[BaseRoute]:
     async def tasks_page(request: Request, viewer: Viewer) -> Response:
         filters = filters_of(request)
         found = await listed(viewer, filters)
-        html = pages.tasks_page(
-            found, filters, viewer=viewer.id, csrf=access.csrf_token(viewer)
-        )
+        html = pages.tasks_page(found, filters, viewer=viewer.id, csrf=access.csrf_token(viewer))
         return HTMLResponse(html)
 
     async def tasks_json(request: Request, viewer: Viewer) -> Response:

@@ -131,21 +131,22 @@ async def test_nobody_gets_in_without_the_key_or_the_hosts_sign_in(live: Live) -
 
 
 def test_a_session_is_bound_to_the_keys_it_was_made_with() -> None:
-    keys = {"control": "k" * 40, "secret": ["s" * 40]}
+    control = ["k" * 40]
+    secrets = [["s" * 40]]
     access = ConsoleAccess(
-        control_key=lambda: keys["control"], secret_keys=lambda: keys["secret"], host=lambda: None
+        control_key=lambda: control[0], secret_keys=lambda: secrets[0], host=lambda: None
     )
     session = access.new_session()
     assert access._session_viewer(session) is not None
     # A new control key signs everyone out.
-    keys["control"] = "m" * 40
+    control[0] = "m" * 40
     assert access._session_viewer(session) is None
-    keys["control"] = "k" * 40
+    control[0] = "k" * 40
     # Signed under another secret key: not a session of this gateway.
-    keys["secret"] = ["t" * 40]
+    secrets[0] = ["t" * 40]
     assert access._session_viewer(session) is None
     # A rotated key list (newest first) still reads sessions signed under the older key.
-    keys["secret"] = ["t" * 40, "s" * 40]
+    secrets[0] = ["t" * 40, "s" * 40]
     assert access._session_viewer(session) is not None
 
 
@@ -281,7 +282,9 @@ async def test_the_export_is_one_archive_of_the_task(live: Live) -> None:
         ident, PIXEL, name="screenshot.png", media_type="image/png"
     )
     await live.gateway.events.record(ident, "sandbox-manifest/v1", {"commit": "c" * 40})
-    answer = await live.http.get(f"/console/tasks/{task['task_id']}/export.zip", headers=live.control)
+    answer = await live.http.get(
+        f"/console/tasks/{task['task_id']}/export.zip", headers=live.control
+    )
     assert answer.status_code == 200
     archive = zipfile.ZipFile(io.BytesIO(answer.content))
     assert archive.read(f"screenshots/{art.id}.png") == PIXEL
