@@ -225,10 +225,14 @@ async def test_a_person_follows_a_task_in_the_console(
             # The task browser's calls carry their screenshots, shown inline.
             shots = view.locator('[data-category="browser"] img[data-artifact]')
             assert await shots.count() >= 2
-            await view.wait_for_function(
-                "() => [...document.querySelectorAll('img[data-artifact]')]"
-                ".every(i => i.complete && i.naturalWidth > 0)"
-            )
+            for index in range(await shots.count()):
+                # Loaded lazily: each one once a person scrolls to it.
+                picture = shots.nth(index)
+                await picture.scroll_into_view_if_needed()
+                await view.wait_for_function(
+                    "img => img.complete && img.naturalWidth > 0",
+                    arg=await picture.element_handle(),
+                )
 
             # An approval answered from the console while the agent's call waits.
             agent_id = (await example.dashboard.store.list_agents(ADA))[0]["id"]
@@ -313,6 +317,7 @@ async def test_a_person_follows_a_task_in_the_console(
         await example.gateway.tasks.end(task_id)
         trace = await wait_for_trace(example, identity.org_id, task_id)
         await view.reload()
+        await view.evaluate("window.scrollTo(0, 0)")
         await shot(view, "task")
         browsing = view.locator('[data-testid="timeline"] li[data-category="browser"]')
         top = await browsing.first.bounding_box()
