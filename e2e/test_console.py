@@ -18,17 +18,23 @@ import zipfile
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import parse_qs, urlencode, urlsplit
 
 import httpx
 import pytest
 import pytest_asyncio
+from playwright.async_api import expect
+from starlette.applications import Starlette
 from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
 
 from examples.synthetic_app.serve import ExampleStack, running_stack
 from examples.synthetic_app.store import who
 from examples.synthetic_app.workflow import mcp_door, open_assistant, run_workflow, sign_in
 from gateway.console import HostSignIn, Viewer, host_viewer
 from gateway.results import Door as GatewayDoor
+from gateway.serving import serving
 from gateway.testing import task_body, test_settings
 from gateway.tokens import Purpose
 
@@ -95,6 +101,17 @@ async def other_tasks(stack: ExampleStack) -> dict[str, str]:
             assert refused.status == "denied"
         await stack.gateway.tasks.end(made["ended"])
     return made
+
+
+def foreign_trace_site(data: bytes) -> Starlette:
+    """Another origin serving a trace to anyone who asks (CORS open)."""
+
+    async def trace(_request: Request) -> Response:
+        return Response(
+            data, media_type="application/zip", headers={"Access-Control-Allow-Origin": "*"}
+        )
+
+    return Starlette(routes=[Route("/trace.zip", trace, methods=["GET"])])
 
 
 async def listed(page: Any) -> list[str]:
@@ -248,7 +265,11 @@ async def test_a_person_follows_a_task_in_the_console(
             assert await card.locator("button.approve").is_disabled()
             await card.scroll_into_view_if_needed()
             await shot(view, "approval", view.locator('[data-testid="approvals"]'))
-            await card.locator("button.approve").click()
+            # A person reads it, the buttons arm, then the click: a click while the card is
+            # still moving lands on a disabled button and is lost, as it should be.
+            approve = card.locator("button.approve")
+            await expect(approve).to_be_enabled(timeout=10_000)
+            await approve.click(no_wait_after=True)
             saved = await asyncio.wait_for(saving, 30)
             assert saved["status"] == "succeeded", saved
             answered = view.locator(".approval").last
@@ -341,12 +362,28 @@ async def test_a_person_follows_a_task_in_the_console(
         async with console.expect_page() as opened_viewer:
             await link.click()
         viewer = await opened_viewer.value
+        trace_path = parse_qs(urlsplit(viewer.url).query)["trace"][0]
+        assert trace_path.startswith(f"/console/tasks/{task_id}/traces/")
         # The viewer lists the agent's actions; its click is one of them.
         await viewer.get_by_text(re.compile("click", re.I)).first.wait_for(timeout=30_000)
         titles = await viewer.locator(".action-title").all_text_contents()
         assert any("click" in t.lower() for t in titles), titles
         await viewer.locator(".action-title", has_text=re.compile("click", re.I)).first.click()
         await shot(viewer, "trace")
+
+        # A crafted link naming a trace on another site opens nothing: the viewer's worker
+        # reads this gateway's traces only.
+        trace_bytes = await (await view.request.get(f"{example.gateway_url}{trace_path}")).body()
+        async with serving(foreign_trace_site(trace_bytes)) as foreign:
+            crafted = await console.new_page()
+            await crafted.goto(
+                f"{example.gateway_url}/console/trace-viewer/index.html?"
+                + urlencode({"trace": f"{foreign}/trace.zip"})
+            )
+            await crafted.get_by_text(re.compile("could not load|failed", re.I)).first.wait_for(
+                timeout=30_000
+            )
+            assert await crafted.locator(".action-title").count() == 0
 
         # The export: one archive with the timeline, its screenshots and the trace.
         exported = await view.request.get(
