@@ -421,7 +421,10 @@ async def _form(request: Request) -> dict[str, str]:
         if size > SIGN_IN_BODY_MAX:
             raise PayloadTooLarge(f"the form is larger than {SIGN_IN_BODY_MAX} bytes")
         chunks.append(chunk)
-    parsed = parse_qs(b"".join(chunks).decode("utf-8", "replace"), max_num_fields=8)
+    try:
+        parsed = parse_qs(b"".join(chunks).decode("utf-8", "replace"), max_num_fields=8)
+    except ValueError:
+        raise InvalidInput("the form has more fields than the sign-in page sends") from None
     return {name: values[0] for name, values in parsed.items() if values}
 
 

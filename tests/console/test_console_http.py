@@ -124,6 +124,8 @@ async def test_nobody_gets_in_without_the_key_or_the_hosts_sign_in(live: Live) -
     wrong = await live.http.post("/console/sign-in", data={"key": "x" * 40})
     assert wrong.status_code == 401
     assert COOKIE not in wrong.cookies
+    stuffed = await live.http.post("/console/sign-in", content="&".join(["a=b"] * 20))
+    assert stuffed.status_code == 422
     # The control key itself works as a bearer credential (scripts).
     answer = await live.http.get("/console/api/tasks", headers=live.control)
     assert answer.status_code == 200
