@@ -269,6 +269,12 @@ async def test_a_person_follows_a_task_in_the_console(
             # still moving lands on a disabled button and is lost, as it should be.
             approve = card.locator("button.approve")
             await expect(approve).to_be_enabled(timeout=10_000)
+            # Something above it changes and the card moves: no answer until it is still.
+            await view.evaluate(
+                "document.querySelector('[data-testid=\"metrics\"]').style.marginBottom = '40px'"
+            )
+            await expect(approve).to_be_disabled(timeout=2_000)
+            await expect(approve).to_be_enabled(timeout=10_000)
             await approve.click(no_wait_after=True)
             saved = await asyncio.wait_for(saving, 30)
             assert saved["status"] == "succeeded", saved
