@@ -531,15 +531,6 @@ class Store:
             tallies[str(task_id)]["pending_approvals"] = int(count)
         return tallies
 
-    async def last_evidence_seq(self, org_id: str, task_id: str) -> int:
-        """The sequence number of the task's newest evidence record (0: none yet)."""
-        ev = schema.evidence
-        query = select(func.coalesce(func.max(ev.c.seq), 0)).where(
-            ev.c.org_id == org_id, ev.c.task_id == task_id
-        )
-        async with self.engine.connect() as conn:
-            return int((await conn.execute(query)).scalar_one())
-
     # -- idempotency ------------------------------------------------------------------
 
     async def idempotent_result(self, task_id: str, tool: str, key: str) -> IdempotentResult | None:
