@@ -52,17 +52,15 @@ def ms(value: float | None) -> str:
 
 @dataclass(frozen=True)
 class Links:
-    """Where a rendered timeline points: the console's routes, or an archive's files."""
+    """Where a rendered timeline's pictures are: the console's routes, or an archive's files."""
 
     artifact: Callable[[str], str]
-    task: Callable[[str], str]
 
 
 def console_links(task_id: str) -> Links:
     tid = quote(task_id, safe="")
     return Links(
         artifact=lambda art: f"{BASE}/tasks/{tid}/artifacts/{quote(art, safe='')}",
-        task=lambda other: f"{BASE}/tasks/{quote(other, safe='')}",
     )
 
 
@@ -398,7 +396,7 @@ def archive_timeline(
     shots: Mapping[str, str],
 ) -> str:
     """The timeline as one HTML file of an export, its screenshots beside it."""
-    links = Links(artifact=lambda art: shots.get(art, ""), task=lambda other: other)
+    links = Links(artifact=lambda art: shots.get(art, ""))
     start = entries[0].at if entries else None
     style = (STATIC / "console.css").read_text(encoding="utf-8")
     cards = "".join(approval_card(a) for a in approvals)
