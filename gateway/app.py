@@ -12,6 +12,7 @@ from starlette.routing import BaseRoute
 from gateway.bridge import install as bridge
 from gateway.browser import install as browser
 from gateway.cluster.extension import install as cluster
+from gateway.console import install as console
 from gateway.errors import GatewayError
 from gateway.http import health, tasks
 from gateway.http.edge import gateway_error_handler
@@ -30,7 +31,17 @@ def default_extensions() -> list[Extension]:
     """The adapters a full gateway installs, in order (the core routes come first)."""
     # Sandboxes before the browser: their part stops after the browser pool's, so no task
     # browser is left on an app that is gone.
-    return [cluster, health.routes, tasks.routes, tabs, sandboxes, browser, bridge, mcp_door]
+    return [
+        cluster,
+        health.routes,
+        tasks.routes,
+        tabs,
+        sandboxes,
+        browser,
+        bridge,
+        mcp_door,
+        console,
+    ]
 
 
 def build_app(

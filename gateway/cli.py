@@ -33,6 +33,8 @@ def _serve(args: argparse.Namespace) -> int:
         f"gateway: serving on {settings.base_url} (data in {settings.data_dir.resolve()})",
         flush=True,
     )
+    # The console signs in with the control key, whose file the notes above name.
+    print(f"gateway: the operator console is at {settings.base_url}/console", flush=True)
     if settings.example:
         # The example dashboard and its sandbox instance run in this process, beside us.
         from examples.synthetic_app.serve import run as serve_with_example

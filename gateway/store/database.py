@@ -451,6 +451,86 @@ class Store:
             out.append(item)
         return out
 
+    # -- reads for the console ----------------------------------------------------------
+
+    async def task_rows(
+        self,
+        *,
+        now: float,
+        org_ids: Sequence[str] | None = None,
+        actor_id: str | None = None,
+        status: str | None = None,
+        door: str | None = None,
+        limit: int = 200,
+    ) -> list[TaskRecord]:
+        """Tasks newest first, narrowed by owner, actor, status (`active`, `ended`,
+        `expired`) and by a door one of their calls came through. `org_ids` None: every
+        organization; an empty list: none."""
+        tasks, rev, ev = schema.tasks, schema.revocations, schema.evidence
+        query = (
+            select(tasks.c.identity, rev.c.revoked_at, rev.c.reason)
+            .select_from(tasks.outerjoin(rev, tasks.c.task_id == rev.c.task_id))
+            .order_by(tasks.c.created_at.desc(), tasks.c.task_id)
+            .limit(limit)
+        )
+        if org_ids is not None:
+            query = query.where(tasks.c.org_id.in_(list(org_ids)))
+        if actor_id is not None:
+            query = query.where(tasks.c.actor_id == actor_id)
+        if status == "ended":
+            query = query.where(rev.c.task_id.is_not(None))
+        elif status == "expired":
+            query = query.where(rev.c.task_id.is_(None), tasks.c.expires_at <= now)
+        elif status == "active":
+            query = query.where(rev.c.task_id.is_(None), tasks.c.expires_at > now)
+        if door is not None:
+            through = select(ev.c.task_id).where(ev.c.kind == "call", ev.c.door == door)
+            query = query.where(tasks.c.task_id.in_(through))
+        try:
+            async with self.engine.connect() as conn:
+                rows = (await conn.execute(query)).all()
+        except SQLAlchemyError as exc:
+            raise StorageError(f"listing tasks failed: {exc}") from exc
+        return [TaskRecord(TaskIdentity.model_validate_json(r[0]), r[1], r[2]) for r in rows]
+
+    async def task_tallies(self, task_ids: Sequence[str]) -> dict[str, dict[str, Any]]:
+        """Per task: its calls, the calls refused (`denied`), the doors they came through,
+        and its approvals still pending, as the store holds them (every node of a cluster
+        sees the same)."""
+        ev, ap = schema.evidence, schema.approvals
+        tallies: dict[str, dict[str, Any]] = {
+            t: {"calls": 0, "refused": 0, "pending_approvals": 0, "doors": []} for t in task_ids
+        }
+        if not task_ids:
+            return tallies
+        ids = list(task_ids)
+        calls = (
+            select(ev.c.task_id, ev.c.status, ev.c.door, func.count())
+            .where(ev.c.task_id.in_(ids), ev.c.kind == "call")
+            .group_by(ev.c.task_id, ev.c.status, ev.c.door)
+        )
+        pending = (
+            select(ap.c.task_id, func.count())
+            .where(ap.c.task_id.in_(ids), ap.c.status == "pending")
+            .group_by(ap.c.task_id)
+        )
+        try:
+            async with self.engine.connect() as conn:
+                call_rows = (await conn.execute(calls)).all()
+                pending_rows = (await conn.execute(pending)).all()
+        except SQLAlchemyError as exc:
+            raise StorageError(f"counting task calls failed: {exc}") from exc
+        for task_id, call_status, door, count in call_rows:
+            tally = tallies[str(task_id)]
+            tally["calls"] += int(count)
+            if call_status == "denied":
+                tally["refused"] += int(count)
+            if door is not None and door not in tally["doors"]:
+                tally["doors"] = sorted([*tally["doors"], str(door)])
+        for task_id, count in pending_rows:
+            tallies[str(task_id)]["pending_approvals"] = int(count)
+        return tallies
+
     # -- idempotency ------------------------------------------------------------------
 
     async def idempotent_result(self, task_id: str, tool: str, key: str) -> IdempotentResult | None:
