@@ -167,7 +167,8 @@ class IncusBackend(BaseModel):
     - `prefix`: of every container's name; with `deployment` it tells this gateway's
       containers (all of its nodes') from anyone else's on the same Incus.
     - `socket_dir`: where each app's socket appears on this machine (every node of a
-      cluster on one machine must see the same folder); default `incus` in the sandbox dir.
+      cluster on one machine must see the same folder); default
+      `/run/gateway-incus/<deployment>`.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")

@@ -69,10 +69,16 @@ PYTHON = "{python}"
 PROBE_INTERVAL_S = 0.05
 WATCH_WAIT_S = 30.0
 GONE_WAIT_S = 30.0
+# A teardown claimed this long ago and not done is a dead process's: another takes it over.
+CLAIM_STALE_S = 120.0
 APP_SOCKET = f"{incus_image.RUN_DIR}/app.sock"
 REPORT = f"{incus_image.RUN_DIR}/report.json"
 MIB = 1024 * 1024
 KEY = "user.gateway."
+# Where apps' sockets appear by default: short (a unix socket's path has at most 107
+# bytes) and the same for every node of a cluster on one machine.
+SOCKET_ROOT = "/run/gateway-incus"
+MAX_SOCKET_PATH = 107
 # What the manifest's `enforced_by` names for each mechanism.
 ENFORCERS = ("incus:cgroup", "incus:unprivileged", "incus:no-network", "tmpfs", "rlimit")
 # Refused with an error (never a kill: runtimes probe some of them and fall back), on top of
@@ -165,7 +171,7 @@ class IncusProvider(SandboxProvider):
         super().__init__()
         self.backend = backend
         self.root = root / "incus"
-        self.socket_dir = Path(backend.socket_dir) if backend.socket_dir else self.root
+        self.socket_dir = Path(backend.socket_dir or f"{SOCKET_ROOT}/{backend.deployment}")
         self.repositories = dict(repositories)
         self.max_limits = max_limits
         self.max_live = max_live
@@ -200,7 +206,14 @@ class IncusProvider(SandboxProvider):
         self._incus = Incus(self.endpoint)
         self.root.mkdir(parents=True, exist_ok=True)
         os.chmod(self.root, 0o700)
-        self.socket_dir.mkdir(parents=True, exist_ok=True)
+        longest = self.socket_dir / f"sbx-{'0' * 16}.sock"
+        if len(str(longest)) > MAX_SOCKET_PATH:
+            raise SandboxError(
+                f"the Incus socket folder {self.socket_dir} is too long for a unix socket "
+                f"path (at most {MAX_SOCKET_PATH} bytes with the socket's name): set a "
+                "shorter `socket_dir` in GATEWAY_SANDBOX_INCUS"
+            )
+        self.socket_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
         try:
             await self._prepare_backend()
         except IncusError as exc:
@@ -668,14 +681,18 @@ class IncusProvider(SandboxProvider):
         return Teardown(processes_left=left, data=data, data_note=note)
 
     async def _claim(self, handle: IncusSandbox) -> bool:
-        """Mark the container as torn down by this process; False when another one did."""
+        """Mark the container as torn down by this process; False when another one holds
+        that mark. A mark older than `CLAIM_STALE_S` is a process that died mid-teardown:
+        it is taken over."""
         while True:
             found, etag = await self.incus.instance(handle.name)
             config = dict(found.get("config") or {})
-            holder = config.get(f"{KEY}teardown")
-            if holder is not None:
-                return bool(holder == self._claimant)
-            config[f"{KEY}teardown"] = self._claimant
+            holder, _, since = str(config.get(f"{KEY}teardown", "")).partition("@")
+            if holder == self._claimant:
+                return True
+            if holder and time.time() - float(since or 0) < CLAIM_STALE_S:
+                return False
+            config[f"{KEY}teardown"] = f"{self._claimant}@{time.time():.0f}"
             try:
                 await self.incus.patch_instance(handle.name, {"config": config}, etag=etag)
             except IncusError as exc:
