@@ -9,12 +9,11 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import httpx
-import pytest
 import pytest_asyncio
 from pydantic import BaseModel
 
@@ -24,37 +23,17 @@ from gateway.sandbox.service import Sandboxes
 from gateway.serving import free_port
 from gateway.settings import Settings
 from gateway.testing import LiveGateway, live_gateway
-from gateway.testing.incus import IncusUnavailable, incus_daemon, remove_deployment
 from gateway.testing.waiting import until, until_true
-from tests.sandbox.conftest import AppRepo, provision_body, sandbox_settings
+from tests.sandbox.conftest import (
+    INCUS_DEPLOYMENT,
+    AppRepo,
+    incus_settings,
+    provision_body,
+)
 
-REQUIRE_INCUS = os.environ.get("GATEWAY_TEST_REQUIRE_INCUS") == "1"
 MIB = 1024 * 1024
 # A container is made, started and asked for its health within one create.
 PROVISION_TIMEOUT_S = 120.0
-# This test process's containers: apart from another run's on the same Incus.
-DEPLOYMENT = f"test-{os.getpid()}"
-
-
-@pytest.fixture(scope="session")
-def incus_socket() -> Iterator[str]:
-    try:
-        with incus_daemon() as socket_path:
-            yield socket_path
-            remove_deployment(DEPLOYMENT)
-    except IncusUnavailable as exc:
-        if REQUIRE_INCUS:
-            raise
-        pytest.skip(f"no Incus here: {exc}")
-
-
-def incus_settings(data_dir: Path, repo: AppRepo, socket_path: str, **overrides: Any) -> Settings:
-    return sandbox_settings(
-        data_dir,
-        repo,
-        sandbox_incus={"socket": socket_path, "deployment": DEPLOYMENT},
-        **overrides,
-    )
 
 
 @pytest_asyncio.fixture
@@ -96,7 +75,7 @@ def containers() -> list[str]:
     return [
         i["name"]
         for i in json.loads(done.stdout)
-        if (i.get("config") or {}).get("user.gateway.deployment") == DEPLOYMENT
+        if (i.get("config") or {}).get("user.gateway.deployment") == INCUS_DEPLOYMENT
     ]
 
 
