@@ -86,6 +86,8 @@ def install(gw: Gateway) -> list[BaseRoute]:
     gw.services.provide(AppLink, sandboxes)  # type: ignore[type-abstract]
     gw.tasks.provisioner = sandboxes
     gw.tasks.on_end(sandboxes.task_ended)
+    if gw.placement is not None:
+        gw.placement.on_release(sandboxes.released)
     gw.task_probes["sandbox"] = sandboxes.probe
     gw.add_part("sandboxes", start=sandboxes.start, stop=sandboxes.close)
     return []

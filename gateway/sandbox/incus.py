@@ -221,11 +221,7 @@ class IncusProvider(SandboxProvider):
 
     async def close(self) -> None:
         for handle in list(self._live.values()):
-            if handle.watcher is not None:
-                handle.watcher.cancel()
-                with contextlib.suppress(asyncio.CancelledError, Exception):
-                    await handle.watcher
-        self._live.clear()
+            await self.release(handle)
         if self._incus is not None:
             await self._incus.close()
             self._incus = None
@@ -615,6 +611,15 @@ class IncusProvider(SandboxProvider):
                 handle.watcher = asyncio.ensure_future(self._watch(handle, repository))
             return handle
         return None
+
+    async def release(self, handle: SandboxHandle) -> None:
+        assert isinstance(handle, IncusSandbox)
+        watcher, handle.watcher = handle.watcher, None
+        if watcher is not None:
+            watcher.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await watcher
+        self._live.pop(handle.sandbox_id, None)
 
     def _from_config(self, instance: dict[str, Any]) -> IncusSandbox | None:
         config = instance.get("config") or {}

@@ -120,6 +120,10 @@ class SandboxProvider(abc.ABC):
         with the process that made them has none."""
         return []
 
+    async def release(self, handle: SandboxHandle) -> None:  # noqa: B027 - optional
+        """This process no longer holds the handle's task (another node took it): stop
+        watching the sandbox, leave it running for the one that holds it now."""
+
     async def adopt(self, task_id: str) -> SandboxHandle | None:
         """The task's sandbox, taken over from the process that made it (another node of a
         cluster, or this gateway before a restart); None when there is none to take."""

@@ -124,6 +124,14 @@ class Sandboxes:
             except Exception as exc:
                 log.error("sandbox %s left behind was not torn down: %s", handle.sandbox_id, exc)
 
+    async def released(self, task_id: str) -> None:
+        """Another node took the task: its sandbox stays, for that node to take over."""
+        live = self._live.get(task_id)
+        if live is None or not live.provider.durable:
+            return
+        del self._live[task_id]
+        await live.provider.release(live.handle)
+
     async def attach(self, identity: TaskIdentity) -> None:
         """Before the task's browser starts here: take over the task's sandbox if another
         process made it (a node of a cluster the task moved from, or this gateway before
