@@ -166,6 +166,8 @@ class IncusBackend(BaseModel):
       provider creates the pool (`dir`), the profile and the image when they are missing.
     - `prefix`: of every container's name; with `deployment` it tells this gateway's
       containers (all of its nodes') from anyone else's on the same Incus.
+    - `warm`: blank containers each gateway process keeps started and ready (no task's,
+      never used twice), so a task's sandbox waits only for its checkout and its app.
     - `socket_dir`: where each app's socket appears on this machine (every node of a
       cluster on one machine must see the same folder); default
       `/run/gateway-incus/<deployment>`.
@@ -185,3 +187,5 @@ class IncusBackend(BaseModel):
     prefix: Annotated[str, StringConstraints(pattern=r"^[a-z][a-z0-9-]{0,15}$")] = "gw-"
     deployment: RegisteredName = "gateway"
     socket_dir: str | None = None
+    # Started blank containers kept ready, so a task waits only for its own app.
+    warm: int = Field(default=1, ge=0, le=64)

@@ -40,6 +40,7 @@ import shutil
 import socket
 import sys
 import time
+from collections.abc import Iterable
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -69,6 +70,9 @@ PYTHON = "{python}"
 PROBE_INTERVAL_S = 0.05
 WATCH_WAIT_S = 30.0
 GONE_WAIT_S = 30.0
+# A blank of the warm stock is used within this long or replaced (a stock that outlives
+# its gateway, killed, is swept by the next start after twice this).
+STOCK_MAX_AGE_S = 600.0
 # A teardown claimed this long ago and not done is a dead process's: another takes it over.
 CLAIM_STALE_S = 120.0
 APP_SOCKET = f"{incus_image.RUN_DIR}/app.sock"
@@ -188,6 +192,9 @@ class IncusProvider(SandboxProvider):
         )
         self._incus: Incus | None = None
         self._live: dict[str, IncusSandbox] = {}
+        # Started blank containers no task has had, with when each was made (`warm`).
+        self._stock: list[tuple[str, float]] = []
+        self._filling: asyncio.Future[None] | None = None
         # A claim that names this gateway process (a node restarted is another claimant).
         self._claimant = secrets.token_hex(8)
 
@@ -216,12 +223,35 @@ class IncusProvider(SandboxProvider):
         self.socket_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
         try:
             await self._prepare_backend()
+            await self._sweep_blanks()
         except IncusError as exc:
             log.error("sandboxes on Incus are unavailable for now: %s", exc)
+            return
+        self._refill()
+
+    async def _sweep_blanks(self) -> None:
+        """Delete blanks of this deployment that nobody took in twice their lifetime: a
+        killed gateway's stock (a live node's is younger, or already replaced)."""
+        for instance in await self.incus.instances(prefix=self.backend.prefix):
+            config = instance.get("config") or {}
+            if config.get(f"{KEY}deployment") != self.backend.deployment:
+                continue
+            _claimant, _, made = str(config.get(f"{KEY}blank", "")).partition("@")
+            if made and time.time() - float(made) > 2 * STOCK_MAX_AGE_S:
+                with contextlib.suppress(IncusError):
+                    await self.incus.delete_forced(instance["name"])
 
     async def close(self) -> None:
         for handle in list(self._live.values()):
             await self.release(handle)
+        if self._filling is not None:
+            self._filling.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._filling
+        stock, self._stock = self._stock, []
+        for name, _made in stock:
+            with contextlib.suppress(IncusError):
+                await self.incus.delete_forced(name)
         if self._incus is not None:
             await self._incus.close()
             self._incus = None
@@ -258,7 +288,7 @@ class IncusProvider(SandboxProvider):
         sandbox_id = f"sbx-{secrets.token_hex(8)}"
         handle = IncusSandbox(
             sandbox_id=sandbox_id,
-            name=f"{self.backend.prefix}{sandbox_id}",
+            name="",  # the container's, once it has one
             origin=f"http://{sandbox_id}.{self.domain}",
             binding=binding,
             spec=spec,
@@ -268,8 +298,15 @@ class IncusProvider(SandboxProvider):
         )
         self._live[sandbox_id] = handle
         try:
-            checkout = await asyncio.to_thread(self._write_checkout, handle, repository)
-            await self._create(handle, repository, checkout.commit)
+            # The checkout is written while the container is made, or taken ready.
+            writing = asyncio.ensure_future(
+                asyncio.to_thread(self._write_checkout, handle, repository)
+            )
+            try:
+                handle.name = await self._container()
+            finally:
+                checkout = await writing
+            await self._bind_container(handle, repository, checkout.commit)
             await self._launch(handle, repository, checkout.commit)
             await self._until_healthy(handle, repository)
             handle.manifest = manifest.build(
@@ -299,6 +336,41 @@ class IncusProvider(SandboxProvider):
         handle.watcher = asyncio.ensure_future(self._watch(handle, repository))
         return handle
 
+    async def _container(self) -> str:
+        """A started blank container: one of the warm stock, else made now. The stock is
+        refilled behind the taker's back."""
+        name = None
+        while self._stock:
+            candidate, made = self._stock.pop(0)
+            if time.time() - made < STOCK_MAX_AGE_S:
+                name = candidate
+                break
+            with contextlib.suppress(IncusError):
+                await self.incus.delete_forced(candidate)
+        self._refill()
+        if name is not None:
+            return name
+        name = self._new_name()
+        await self._create_blank(name)
+        return name
+
+    def _new_name(self) -> str:
+        return f"{self.backend.prefix}sbx-{secrets.token_hex(8)}"
+
+    def _refill(self) -> None:
+        if self._filling is None or self._filling.done():
+            self._filling = asyncio.ensure_future(self._fill())
+
+    async def _fill(self) -> None:
+        while self._incus is not None and len(self._stock) < self.backend.warm:
+            name = self._new_name()
+            try:
+                await self._create_blank(name)
+            except IncusError as exc:
+                log.warning("the warm stock of Incus containers is not refilled: %s", exc)
+                return
+            self._stock.append((name, time.time()))
+
     def _write_checkout(self, handle: IncusSandbox, repository: Repository) -> Any:
         handle.folder.mkdir(mode=0o700)
         # The container's root is an unprivileged uid: it reads the checkout as "others".
@@ -311,9 +383,7 @@ class IncusProvider(SandboxProvider):
             max_files=self.budgets.checkout_files,
         )
 
-    def _runtime_paths(self, repository: Repository) -> list[str]:
-        # The launcher runs on the gateway's interpreter, whatever the app's command.
-        paths = [*repository.read_only, sys.prefix, sys.base_prefix]
+    def _runtime_paths(self, paths: Iterable[str]) -> list[str]:
         kept: list[str] = []
         for path in dict.fromkeys(os.path.realpath(p) for p in paths):
             if path == "/usr" or path.startswith("/usr/"):
@@ -321,31 +391,10 @@ class IncusProvider(SandboxProvider):
             kept.append(path)
         return kept
 
-    async def _create(self, handle: IncusSandbox, repository: Repository, commit: str) -> None:
-        limits = handle.limits
-        devices: dict[str, dict[str, str]] = {
-            "usr": {"type": "disk", "source": "/usr", "path": "/usr", "readonly": "true"},
-            "app": {
-                "type": "disk",
-                "source": str(handle.checkout),
-                "path": "/app",
-                "readonly": "true",
-            },
-            "http": {
-                "type": "proxy",
-                "listen": f"unix:{handle.socket_path}",
-                "connect": f"unix:{APP_SOCKET}",
-                "bind": "host",
-                "mode": "0600",
-            },
-        }
-        for index, path in enumerate(self._runtime_paths(repository)):
-            devices[f"runtime{index}"] = {
-                "type": "disk",
-                "source": path,
-                "path": path,
-                "readonly": "true",
-            }
+    def _blank(self, name: str) -> dict[str, Any]:
+        """A container as every sandbox starts: what no task decides (the image, the
+        mounts and their sizes, the system-call policy, no user namespaces, the host's
+        programs and the gateway's interpreter read-only)."""
         uid = incus_image.APP_UID
         mounts = [
             "lxc.init.cmd = /init",
@@ -354,35 +403,71 @@ class IncusProvider(SandboxProvider):
             f"lxc.mount.entry = tmpfs tmp tmpfs rw,nosuid,nodev,size={self.budgets.tmp_bytes},"
             "mode=1777 0 0",
         ]
-        config = {
-            "raw.lxc": "\n".join(mounts),
-            "raw.seccomp": seccomp_policy(),
-            "linux.sysctl.user.max_user_namespaces": "0",
-            "security.privileged": "false",
-            "security.nesting": "false",
-            **(
-                {"limits.memory": f"{limits.memory_mb}MiB", "limits.memory.swap": "false"}
-                if limits.memory_mb is not None
-                else {}
-            ),
-            **(
-                {"limits.processes": str(limits.processes + 1)}  # and the container's init
-                if limits.processes is not None
-                else {}
-            ),
-            **self._binding_config(handle, commit),
+        devices = {"usr": _read_only("/usr")}
+        # The launcher runs on the gateway's interpreter, whatever the app's command.
+        for index, path in enumerate(self._runtime_paths((sys.prefix, sys.base_prefix))):
+            devices[f"python{index}"] = _read_only(path)
+        return {
+            "name": name,
+            "type": "container",
+            "source": {"type": "image", "alias": self.backend.image},
+            "profiles": [self.backend.profile],
+            "config": {
+                "raw.lxc": "\n".join(mounts),
+                "raw.seccomp": seccomp_policy(),
+                "linux.sysctl.user.max_user_namespaces": "0",
+                "security.privileged": "false",
+                "security.nesting": "false",
+                # Until a task's own limits replace it: a blank runs nothing but its init
+                # (its start runs a few hooks in its cgroup).
+                "limits.processes": "16",
+                "limits.memory": "64MiB",
+                f"{KEY}deployment": self.backend.deployment,
+                f"{KEY}blank": f"{self._claimant}@{time.time():.0f}",
+            },
+            "devices": devices,
         }
-        await self.incus.create(
-            {
-                "name": handle.name,
-                "type": "container",
-                "source": {"type": "image", "alias": self.backend.image},
-                "profiles": [self.backend.profile],
-                "config": config,
-                "devices": devices,
-            }
+
+    async def _create_blank(self, name: str) -> None:
+        try:
+            await self.incus.create(self._blank(name))
+            await self.incus.change_state(name, "start")
+        except BaseException:
+            with contextlib.suppress(IncusError):
+                await self.incus.delete_forced(name)
+            raise
+
+    async def _bind_container(
+        self, handle: IncusSandbox, repository: Repository, commit: str
+    ) -> None:
+        """Make a started blank the task's: its limits, its checkout, its socket, and the
+        binding any node reads it back from, in one change (devices are hot-plugged)."""
+        limits = handle.limits
+        found, etag = await self.incus.instance(handle.name)
+        config = dict(found.get("config") or {})
+        config.pop(f"{KEY}blank", None)
+        for blank_limit in ("limits.processes", "limits.memory"):
+            config.pop(blank_limit, None)
+        if limits.memory_mb is not None:
+            config["limits.memory"] = f"{limits.memory_mb}MiB"
+            config["limits.memory.swap"] = "false"
+        if limits.processes is not None:
+            config["limits.processes"] = str(limits.processes + 1)  # and the container's init
+        config.update(self._binding_config(handle, commit))
+        devices = dict(found.get("devices") or {})
+        devices["app"] = {**_read_only(str(handle.checkout)), "path": "/app"}
+        devices["http"] = {
+            "type": "proxy",
+            "listen": f"unix:{handle.socket_path}",
+            "connect": f"unix:{APP_SOCKET}",
+            "bind": "host",
+            "mode": "0600",
+        }
+        for index, path in enumerate(self._runtime_paths(repository.read_only)):
+            devices[f"runtime{index}"] = _read_only(path)
+        await self.incus.replace_instance(
+            handle.name, {**found, "config": config, "devices": devices}, etag=etag
         )
-        await self.incus.change_state(handle.name, "start")
 
     def _binding_config(self, handle: IncusSandbox, commit: str) -> dict[str, str]:
         b = handle.binding
@@ -625,6 +710,8 @@ class IncusProvider(SandboxProvider):
         config = instance.get("config") or {}
         if config.get(f"{KEY}deployment") != self.backend.deployment:
             return None
+        if f"{KEY}blank" in config:
+            return None  # no task's yet
         try:
             binding = Binding(
                 task_id=config[f"{KEY}task"],
@@ -732,13 +819,14 @@ class IncusProvider(SandboxProvider):
     async def _destroy(self, handle: IncusSandbox) -> None:
         """Remove the container and what this machine holds for it (Incus leaves a proxy
         device's socket file behind)."""
-        with contextlib.suppress(IncusError):
-            await self.incus.change_state(handle.name, "stop", force=True)
-        try:
-            await self.incus.delete(handle.name)
-        except IncusError as exc:
-            if not exc.not_found:
-                log.error("sandbox %s: the container was not deleted: %s", handle.sandbox_id, exc)
+        if handle.name:
+            try:
+                await self.incus.delete_forced(handle.name)
+            except IncusError as exc:
+                if not exc.not_found:
+                    log.error(
+                        "sandbox %s: the container was not deleted: %s", handle.sandbox_id, exc
+                    )
         with contextlib.suppress(OSError):
             handle.socket_path.unlink()
         await asyncio.to_thread(shutil.rmtree, handle.folder, True)
@@ -746,6 +834,8 @@ class IncusProvider(SandboxProvider):
 
     async def _gone(self, handle: IncusSandbox, *, wait_s: float = GONE_WAIT_S) -> int:
         """0 once the container is gone (waiting up to `wait_s`); else its processes."""
+        if not handle.name:
+            return 0
         deadline = time.monotonic() + wait_s
         while True:
             try:
@@ -757,6 +847,11 @@ class IncusProvider(SandboxProvider):
             if time.monotonic() >= deadline:
                 return int(state.get("processes") or 0) or 1
             await asyncio.sleep(0.2)
+
+
+def _read_only(path: str) -> dict[str, str]:
+    """A host path visible read-only at the same place in the container."""
+    return {"type": "disk", "source": path, "path": path, "readonly": "true"}
 
 
 def incus_reachable(socket_path: str) -> bool:

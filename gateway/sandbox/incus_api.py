@@ -181,6 +181,18 @@ class Incus:
             "PATCH", f"/instances/{quote(name)}", body=changes, headers={"If-Match": etag}
         )
 
+    async def replace_instance(self, name: str, instance: dict[str, Any], *, etag: str) -> None:
+        """Put the instance's whole writable part (keys left out are removed, unlike a
+        PATCH), only if it is still what `etag` says."""
+        writable = {
+            key: instance[key]
+            for key in ("architecture", "config", "devices", "ephemeral", "profiles", "description")
+            if key in instance
+        }
+        await self.request(
+            "PUT", f"/instances/{quote(name)}", body=writable, headers={"If-Match": etag}
+        )
+
     async def state(self, name: str) -> dict[str, Any]:
         found: dict[str, Any] = await self.request("GET", f"/instances/{quote(name)}/state")
         return found
@@ -197,6 +209,12 @@ class Incus:
 
     async def delete(self, name: str) -> None:
         await self.request("DELETE", f"/instances/{quote(name)}")
+
+    async def delete_forced(self, name: str) -> None:
+        """Stop the instance at once (if it runs) and delete it."""
+        with contextlib.suppress(IncusError):
+            await self.change_state(name, "stop", force=True)
+        await self.delete(name)
 
     async def exec(
         self,
