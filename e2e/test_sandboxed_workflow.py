@@ -83,7 +83,6 @@ async def example(
     settings = test_settings(tmp_path / "data", example=True, **overrides)
     repo, commit = app_commit
     provision = provision_for(settings, path=repo, commit=commit, step_s=0.05)
-    provision["provider"] = request.param
     async with running_stack(settings, step_s=0.05, provision=provision) as stack:
         yield stack
 
