@@ -588,6 +588,13 @@ def main(argv: list[str] | None = None) -> int:
                     {"socket": socket_path, "deployment": deployment}
                 )
                 stack.callback(remove_deployment, deployment)
+                if not args.no_example:
+                    # Registered on every node: the node a task moves to restarts its app.
+                    from examples.synthetic_app.serve import REPOSITORY, example_repository
+
+                    env["GATEWAY_SANDBOX_REPOSITORIES"] = json.dumps(
+                        {REPOSITORY: example_repository().model_dump()}
+                    )
             cluster = LocalCluster(
                 args.nodes,
                 workdir=workdir,
