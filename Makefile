@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test lint typecheck unit stress bench setup browser postgres cluster-tools cluster clean
+.PHONY: run test lint typecheck unit stress bench setup browser postgres cluster-tools incus cluster clean
 
 $(STAMP): pyproject.toml $(wildcard examples/*/__init__.py)
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' || { echo "Python 3.11+ is needed"; exit 1; }
@@ -21,6 +21,10 @@ browser:
 
 postgres: $(STAMP)
 	@scripts/ensure-postgres $(BIN)/python
+
+# Incus, for the `incus` sandbox provider's tests (the tests start its daemon and stop it).
+incus: $(STAMP)
+	@scripts/ensure-incus
 
 # HAProxy and NATS, for the cluster tests and `make cluster`.
 cluster-tools: $(STAMP)
@@ -40,9 +44,10 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
-# Both stores: the PostgreSQL half runs here (a throwaway cluster on loopback), not skipped.
-unit: setup postgres cluster-tools
-	GATEWAY_TEST_REQUIRE_POSTGRES=1 $(BIN)/pytest -m "not stress"
+# Both stores: the PostgreSQL half runs here (a throwaway cluster on loopback), not skipped;
+# and both sandbox providers (Incus's daemon started by the tests, stopped after).
+unit: setup postgres cluster-tools incus
+	GATEWAY_TEST_REQUIRE_POSTGRES=1 GATEWAY_TEST_REQUIRE_INCUS=1 $(BIN)/pytest -m "not stress"
 	# The example dashboard's own suite, run as an app team runs theirs: a session of its own.
 	$(BIN)/pytest examples/synthetic_app/e2e
 

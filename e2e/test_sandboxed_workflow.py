@@ -2,11 +2,11 @@
 
 The example app is committed into a throwaway repository (this working tree's files, so
 the test runs what is here), registered as the gateway's `synthetic-app`, and every task
-the dashboard creates gets the app at that commit, provisioned by the local provider in
-bubblewrap. Through the MCP door and through WebMCP: the six operations reach their
-observable results, and the task's browser works on its own sandbox (its origin, its data
-folder), which a second task's sandbox does not share. At the end nothing of either
-sandbox is left running.
+the dashboard creates gets the app at that commit, provisioned by each provider: `local`
+(bubblewrap) and `incus` (a container of its own). Through the MCP door and through
+WebMCP: the six operations reach their observable results, and the task's browser works on
+its own sandbox (its origin, its data folder), which a second task's sandbox does not
+share. At the end nothing of either sandbox is left running.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import shutil
 import subprocess
+import tempfile
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -26,11 +27,16 @@ from examples.synthetic_app.directory import USERS
 from examples.synthetic_app.serve import SOURCE, ExampleStack, provision_for, running_stack
 from examples.synthetic_app.store import AppStore, who
 from examples.synthetic_app.workflow import open_assistant, run_workflow, sign_in
+from gateway.sandbox.incus import IncusSandbox
 from gateway.sandbox.local import LocalSandbox, sandbox_processes
+from gateway.sandbox.provider import SandboxHandle
 from gateway.sandbox.service import Sandboxes
 from gateway.testing import test_settings
 from gateway.tokens import Purpose
 from tests.browser.conftest import snapshot_ref
+from tests.sandbox.conftest import INCUS_DEPLOYMENT, incus_socket
+
+__all__ = ["incus_socket"]
 
 pytestmark = [pytest.mark.browser, pytest.mark.asyncio(loop_scope="session")]
 
@@ -66,19 +72,59 @@ def app_commit(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
     return repo, _git(repo, "rev-parse", "HEAD")
 
 
-@pytest_asyncio.fixture(loop_scope="session")
-async def example(tmp_path: Path, app_commit: tuple[Path, str]) -> AsyncIterator[ExampleStack]:
-    settings = test_settings(tmp_path / "data", example=True)
+@pytest_asyncio.fixture(loop_scope="session", params=["local", "incus"])
+async def example(
+    request: pytest.FixtureRequest, tmp_path: Path, app_commit: tuple[Path, str]
+) -> AsyncIterator[ExampleStack]:
+    overrides: dict[str, Any] = {}
+    if request.param == "incus":
+        socket_path = request.getfixturevalue("incus_socket")
+        overrides["sandbox_incus"] = {"socket": socket_path, "deployment": INCUS_DEPLOYMENT}
+    settings = test_settings(tmp_path / "data", example=True, **overrides)
     repo, commit = app_commit
     provision = provision_for(settings, path=repo, commit=commit, step_s=0.05)
     async with running_stack(settings, step_s=0.05, provision=provision) as stack:
         yield stack
 
 
-def sandbox_of(stack: ExampleStack, task_id: str) -> LocalSandbox:
+def sandbox_of(stack: ExampleStack, task_id: str) -> SandboxHandle:
     handle = stack.gateway.services.get(Sandboxes).handle_of(task_id)
-    assert isinstance(handle, LocalSandbox)
+    assert isinstance(handle, LocalSandbox | IncusSandbox)
     return handle
+
+
+async def records_in(sandbox: SandboxHandle) -> set[str]:
+    """The agents' names in the sandbox's own data (its SQLite file), read from outside."""
+    if isinstance(sandbox, LocalSandbox):
+        path = sandbox.data / "sandbox.db"
+        return {a["name"] for a in await _agents(path)} if path.exists() else set()
+    assert isinstance(sandbox, IncusSandbox)
+    with tempfile.TemporaryDirectory() as folder:
+        pulled = Path(folder) / "sandbox.db"
+        # The database and its write-ahead log, where the newest rows are.
+        for suffix in ("", "-wal"):
+            done = await asyncio.create_subprocess_exec(
+                "incus",
+                "file",
+                "pull",
+                f"{sandbox.name}/data/sandbox.db{suffix}",
+                f"{pulled}{suffix}",
+                stderr=asyncio.subprocess.DEVNULL,
+            )
+            if await done.wait() != 0 and not suffix:
+                return set()
+        return {a["name"] for a in await _agents(pulled)}
+
+
+def nothing_left_of(sandbox: SandboxHandle) -> None:
+    if isinstance(sandbox, LocalSandbox):
+        assert sandbox_processes(sandbox.uid, sandbox.pid_namespace) == []
+    else:
+        assert isinstance(sandbox, IncusSandbox)
+        done = subprocess.run(["incus", "info", sandbox.name], capture_output=True, check=False)
+        assert done.returncode != 0, "the container is still there"
+        assert not sandbox.socket_path.exists()
+    assert not sandbox.folder.exists()
 
 
 @pytest.mark.parametrize("door_name", ["mcp", "webmcp"])
@@ -136,7 +182,7 @@ async def test_the_first_workflow_with_a_sandbox_per_task(
         # The record is in this task's sandbox data (its own SQLite file), and nowhere else.
         names: set[str] = set()
         for _ in range(200):
-            names = {a["name"] for a in await _agents(sandbox.data / "sandbox.db")}
+            names = await records_in(sandbox)
             if f"sandbox-only {door_name}" in names:
                 break
             await asyncio.sleep(0.05)
@@ -149,11 +195,8 @@ async def test_the_first_workflow_with_a_sandbox_per_task(
         assert control is not None
         other = await control.task_for("second-session", USERS["max"])
         theirs = sandbox_of(example, other.task_id)
-        assert theirs.data != sandbox.data
         assert theirs.origin != sandbox.origin
-        assert not (theirs.data / "sandbox.db").exists() or f"sandbox-only {door_name}" not in {
-            a["name"] for a in await _agents(theirs.data / "sandbox.db")
-        }
+        assert f"sandbox-only {door_name}" not in await records_in(theirs)
         await control.end_session("second-session")
     finally:
         await context.close()
@@ -161,9 +204,8 @@ async def test_the_first_workflow_with_a_sandbox_per_task(
     control = example.dashboard.control
     assert control is not None
     await control.close()
-    assert sandbox_processes(sandbox.uid, sandbox.pid_namespace) == []
-    assert sandbox_processes(theirs.uid, theirs.pid_namespace) == []
-    assert not sandbox.folder.exists() and not theirs.folder.exists()
+    nothing_left_of(sandbox)
+    nothing_left_of(theirs)
 
 
 async def _agents(path: Path) -> list[dict[str, Any]]:

@@ -153,3 +153,39 @@ class Budgets(BaseModel):
 
 
 DEFAULT_BUDGETS = Budgets()
+
+
+class IncusBackend(BaseModel):
+    """Where the `incus` provider makes its containers (`GATEWAY_SANDBOX_INCUS`, JSON,
+    docs/sandbox.md). Unset, the gateway has no `incus` provider.
+
+    - `socket`: Incus's unix socket on this machine; or `url` with `client_cert`,
+      `client_key` (paths of a certificate Incus trusts) and `server_cert` (the server's
+      certificate or CA) for an Incus, or a member of an Incus cluster, elsewhere.
+    - `project`, `pool`, `profile`, `image`: what the containers are made in and from; the
+      provider creates the pool (`dir`), the profile and the image when they are missing.
+    - `prefix`: of every container's name; with `deployment` it tells this gateway's
+      containers (all of its nodes') from anyone else's on the same Incus.
+    - `warm`: blank containers each gateway process keeps started and ready (no task's,
+      never used twice), so a task's sandbox waits only for its checkout and its app.
+    - `socket_dir`: where each app's socket appears on this machine (every node of a
+      cluster on one machine must see the same folder); default
+      `/run/gateway-incus/<deployment>`.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    socket: str = "/var/lib/incus/unix.socket"
+    url: str | None = Field(default=None, pattern=r"^https://")
+    client_cert: str | None = None
+    client_key: str | None = None
+    server_cert: str | None = None
+    project: RegisteredName = "default"
+    pool: RegisteredName = "gateway"
+    profile: RegisteredName = "gateway-sandbox"
+    image: RegisteredName = "gateway-sandbox"
+    prefix: Annotated[str, StringConstraints(pattern=r"^[a-z][a-z0-9-]{0,15}$")] = "gw-"
+    deployment: RegisteredName = "gateway"
+    socket_dir: str | None = None
+    # Started blank containers kept ready, so a task waits only for its own app.
+    warm: int = Field(default=1, ge=0, le=64)

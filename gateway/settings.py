@@ -20,6 +20,7 @@ from gateway.sandbox_spec import (
     DEFAULT_BUDGETS,
     DEFAULT_MAX_LIMITS,
     Budgets,
+    IncusBackend,
     Limits,
     Repository,
 )
@@ -112,6 +113,8 @@ class Settings(BaseSettings):
     sandbox_keep_data_max_bytes: int = Field(default=64 * 1024 * 1024, ge=0)
     # What one sandbox's files may take: its checkout, its data, its /tmp (JSON).
     sandbox_budgets: Budgets = DEFAULT_BUDGETS
+    # The `incus` provider's backend (JSON, `IncusBackend`); unset: no `incus` provider.
+    sandbox_incus: IncusBackend | None = None
     example: bool = True
     example_port: int = Field(default=8001, ge=0, le=65535)
     # `gateway serve` gives each assistant task of the example its own sandbox of the app

@@ -71,8 +71,8 @@ def sandboxes_unusable(settings: Settings, path: Path = SOURCE) -> str | None:
     """Why the example cannot give each task a sandbox of its own here; None if it can."""
     if not settings.example_sandboxes:
         return "GATEWAY_EXAMPLE_SANDBOXES is off"
-    if settings.clustered:
-        return "a node of a cluster provisions no sandboxes"
+    if settings.clustered and settings.sandbox_incus is None:
+        return "a node of a cluster provisions sandboxes on Incus only (GATEWAY_SANDBOX_INCUS)"
     commit = current_commit(path)
     if commit is None:
         return f"{path} is not a git checkout"
@@ -85,7 +85,7 @@ def sandboxes_unusable(settings: Settings, path: Path = SOURCE) -> str | None:
     )
     if found.returncode != 0:
         return f"commit {commit[:12]} has no {entry}"
-    return host_unready()
+    return None if settings.sandbox_incus is not None else host_unready()
 
 
 def provision_for(
@@ -99,7 +99,13 @@ def provision_for(
     }
     chosen = commit or current_commit(path)
     assert chosen is not None, f"{path} is not a git checkout"
-    return {"repository": REPOSITORY, "commit": chosen, "env": {"SYNTHETIC_STEP_S": str(step_s)}}
+    return {
+        # Incus where the gateway is given one, else sandboxes beside it.
+        "provider": "incus" if settings.sandbox_incus is not None else "local",
+        "repository": REPOSITORY,
+        "commit": chosen,
+        "env": {"SYNTHETIC_STEP_S": str(step_s)},
+    }
 
 
 @dataclass

@@ -21,6 +21,11 @@ Opener = Callable[[], Awaitable[tuple[asyncio.StreamReader, asyncio.StreamWriter
 
 
 class AppLink(Protocol):
+    async def attach(self, identity: TaskIdentity) -> None:
+        """Before the task's browser starts: find the task's app if another process of
+        the gateway provisioned it (a node the task moved from)."""
+        ...
+
     def opener(self, identity: TaskIdentity) -> Opener | None:
         """How to reach the task's app origin, when the gateway provisioned it."""
         ...

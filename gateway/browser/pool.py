@@ -246,7 +246,10 @@ class BrowserPool:
         # A task that never makes its first call (its caller gave up) frees its slot anyway.
         asyncio.get_running_loop().call_later(START_HOLD_MAX_S, session.release_start)
         try:
-            await session.assign(identity, self._app_link())
+            link = self._app_link()
+            if link is not None:
+                await link.attach(identity)
+            await session.assign(identity, link)
         except BaseException:
             await session.close("it could not be handed to its task")
             raise

@@ -3,6 +3,7 @@ the task probe, the task-end hook, and the part that tears everything down at st
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any
 
 from starlette.routing import BaseRoute
@@ -10,9 +11,11 @@ from starlette.routing import BaseRoute
 from gateway.browser.app_link import AppLink
 from gateway.identity import TaskIdentity
 from gateway.runtime import Gateway
+from gateway.settings import Settings
 from gateway.store.database import ArtifactRef
 
 from .cgroup import CgroupParent
+from .incus import IncusProvider
 from .local import LocalProvider
 from .provider import ProviderRegistry
 from .service import Sandboxes, SandboxSink
@@ -22,28 +25,28 @@ EVIDENCE_SCAN = 200  # records read back for a gone sandbox's manifest (it is am
 
 def install(gw: Gateway) -> list[BaseRoute]:
     settings = gw.settings
-    if settings.clustered:
-        # A sandbox serves the browser of the node that started it, and a task of a
-        # cluster moves between nodes: a node of a cluster provisions none (yet).
-        return []
     providers = ProviderRegistry()
-    providers.add(
-        LocalProvider(
-            root=settings.sandbox_root,
-            repositories=settings.sandbox_repositories,
-            max_limits=settings.sandbox_max_limits,
-            uid_base=settings.sandbox_uid_base,
-            max_live=settings.sandbox_max_live,
-            domain=settings.sandbox_domain,
-            cgroup=CgroupParent.delegated(settings.sandbox_cgroup),
-            keep_data_max_bytes=settings.sandbox_keep_data_max_bytes,
-            checkout_max_bytes=settings.sandbox_budgets.checkout_bytes,
-            checkout_max_files=settings.sandbox_budgets.checkout_files,
-            data_max_bytes=settings.sandbox_budgets.data_bytes,
-            data_max_entries=settings.sandbox_budgets.data_entries,
-            tmp_max_bytes=settings.sandbox_budgets.tmp_bytes,
+    if settings.sandbox_incus is not None:
+        providers.add(
+            IncusProvider(
+                settings.sandbox_incus,
+                root=settings.sandbox_root,
+                repositories=settings.sandbox_repositories,
+                max_limits=settings.sandbox_max_limits,
+                max_live=settings.sandbox_max_live,
+                budgets=settings.sandbox_budgets,
+                domain=settings.sandbox_domain,
+                keep_data_max_bytes=settings.sandbox_keep_data_max_bytes,
+            )
         )
-    )
+    if settings.clustered:
+        # A local sandbox lives beside the node that started it, and a task of a cluster
+        # moves between nodes: a node of a cluster provisions only on a backend every
+        # node reaches (Incus).
+        if not providers.all():
+            return []
+    else:
+        providers.add(_local(settings))
 
     async def put_artifact(
         identity: TaskIdentity, data: bytes, name: str, media_type: str
@@ -60,6 +63,14 @@ def install(gw: Gateway) -> list[BaseRoute]:
         )
         return [r for r in records if r.get("kind") == kind]
 
+    async def alive(task_id: str) -> bool:
+        record = await gw.tasks.record(task_id)
+        return (
+            record is not None
+            and record.revoked_at is None
+            and record.identity.expires_at > datetime.now(UTC)
+        )
+
     sandboxes = Sandboxes(
         providers,
         SandboxSink(
@@ -67,6 +78,7 @@ def install(gw: Gateway) -> list[BaseRoute]:
             put_artifact=put_artifact,
             identity=identity,
             evidence_of_kind=evidence_of_kind,
+            alive=alive,
         ),
         max_live_per_org=settings.sandbox_max_live_per_org,
     )
@@ -74,6 +86,26 @@ def install(gw: Gateway) -> list[BaseRoute]:
     gw.services.provide(AppLink, sandboxes)  # type: ignore[type-abstract]
     gw.tasks.provisioner = sandboxes
     gw.tasks.on_end(sandboxes.task_ended)
+    if gw.placement is not None:
+        gw.placement.on_release(sandboxes.released)
     gw.task_probes["sandbox"] = sandboxes.probe
     gw.add_part("sandboxes", start=sandboxes.start, stop=sandboxes.close)
     return []
+
+
+def _local(settings: Settings) -> LocalProvider:
+    return LocalProvider(
+        root=settings.sandbox_root,
+        repositories=settings.sandbox_repositories,
+        max_limits=settings.sandbox_max_limits,
+        uid_base=settings.sandbox_uid_base,
+        max_live=settings.sandbox_max_live,
+        domain=settings.sandbox_domain,
+        cgroup=CgroupParent.delegated(settings.sandbox_cgroup),
+        keep_data_max_bytes=settings.sandbox_keep_data_max_bytes,
+        checkout_max_bytes=settings.sandbox_budgets.checkout_bytes,
+        checkout_max_files=settings.sandbox_budgets.checkout_files,
+        data_max_bytes=settings.sandbox_budgets.data_bytes,
+        data_max_entries=settings.sandbox_budgets.data_entries,
+        tmp_max_bytes=settings.sandbox_budgets.tmp_bytes,
+    )

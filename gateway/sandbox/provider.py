@@ -12,7 +12,10 @@ commit, unhealthy, unavailable). The handle says where the app is for the task's
 connection to that origin), its `state`, and its `manifest` (`manifest.py`). A provider
 tells the gateway when the app dies or comes back (`on_change`), and restarts it once.
 
-Adding a backend (a container or VM host: Incus, for one) is a class with these methods,
+A provider whose sandboxes outlive the gateway's processes (`incus`) also lists them
+(`found`) and hands one over to whichever process now holds its task (`adopt`).
+
+Adding a backend (a container or VM host) is a class with these methods,
 registered under its name on the gateway's `ProviderRegistry`
 (`gw.services.get(Sandboxes).providers.add(MyProvider(...))`, docs/sandbox.md); a task then
 asks for it with `"provider": "<name>"`.
@@ -90,6 +93,8 @@ class SandboxHandle(abc.ABC):
 
 class SandboxProvider(abc.ABC):
     name: str
+    # Its sandboxes outlive the process that made them (`found`, `adopt`).
+    durable = False
 
     def __init__(self) -> None:
         self._listeners: list[ChangeListener] = []
@@ -108,6 +113,21 @@ class SandboxProvider(abc.ABC):
 
     async def close(self) -> None:  # noqa: B027 - optional, nothing to do by default
         """Called once when the gateway stops, after every handle was torn down."""
+
+    async def found(self) -> list[SandboxHandle]:
+        """Sandboxes of this gateway that outlive its processes (a backend of their own,
+        such as Incus): every one the backend holds now. A provider whose sandboxes die
+        with the process that made them has none."""
+        return []
+
+    async def release(self, handle: SandboxHandle) -> None:  # noqa: B027 - optional
+        """This process no longer holds the handle's task (another node took it): stop
+        watching the sandbox, leave it running for the one that holds it now."""
+
+    async def adopt(self, task_id: str) -> SandboxHandle | None:
+        """The task's sandbox, taken over from the process that made it (another node of a
+        cluster, or this gateway before a restart); None when there is none to take."""
+        return None
 
     def on_change(self, listener: ChangeListener) -> None:
         """`listener(handle, state, data)` when a handle's state changes on its own."""

@@ -48,6 +48,9 @@ class SandboxSink:
     # The task's identity, and its evidence records of one kind (for a gone sandbox).
     identity: Callable[[str], Awaitable[TaskIdentity | None]]
     evidence_of_kind: Callable[[TaskIdentity, str], Awaitable[list[dict[str, Any]]]]
+    # Whether the task still lives (not ended, not expired): a sandbox found without a
+    # process holding it is kept for its task only then.
+    alive: Callable[[str], Awaitable[bool]] | None = None
 
 
 @dataclass
@@ -99,6 +102,61 @@ class Sandboxes:
         for provider in self.providers.all():
             self._watch(provider)
             await provider.start()
+            await self._sweep(provider)
+
+    async def _sweep(self, provider: SandboxProvider) -> None:
+        """Tear down what a provider holds for tasks that no longer live (left by a
+        gateway that was killed, or by a node that died); a live task's is kept for
+        whichever process takes the task (`attach`)."""
+        try:
+            found = await provider.found()
+        except Exception as exc:  # start-up never fails on what was left behind
+            log.error("sandboxes of %s left earlier could not be listed: %s", provider.name, exc)
+            return
+        for handle in found:
+            task_id = handle.binding.task_id
+            if self.sink.alive is not None and await self.sink.alive(task_id):
+                continue
+            identity = await self.sink.identity(task_id)
+            log.warning("sandbox %s of %s outlived its task: torn down", handle.sandbox_id, task_id)
+            try:
+                await self._teardown(task_id, _Live(provider, handle, identity), "left behind")
+            except Exception as exc:
+                log.error("sandbox %s left behind was not torn down: %s", handle.sandbox_id, exc)
+
+    async def released(self, task_id: str) -> None:
+        """Another node took the task: its sandbox stays, for that node to take over."""
+        live = self._live.get(task_id)
+        if live is None or not live.provider.durable:
+            return
+        del self._live[task_id]
+        await live.provider.release(live.handle)
+
+    async def attach(self, identity: TaskIdentity) -> None:
+        """Before the task's browser starts here: take over the task's sandbox if another
+        process made it (a node of a cluster the task moved from, or this gateway before
+        a restart), so that the app link and the task's end find it."""
+        await self._adopted(identity.task_id, identity)
+
+    async def _adopted(self, task_id: str, identity: TaskIdentity | None) -> _Live | None:
+        live = self._live.get(task_id)
+        if live is not None or not any(p.durable for p in self.providers.all()):
+            return live
+        if identity is None:
+            identity = await self.sink.identity(task_id)
+        if identity is None or identity.sandbox.provision is None:
+            return None
+        try:
+            provider = self.providers.get(identity.sandbox.provision.provider)
+            handle = await provider.adopt(task_id)
+        except Exception as exc:
+            log.warning("the sandbox of %s could not be taken over: %s", task_id, exc)
+            return None
+        if handle is None:
+            return None
+        self._watch(provider)
+        live = self._live.setdefault(task_id, _Live(provider, handle, identity))
+        return live
 
     async def close(self) -> None:
         for task_id in list(self._live):
@@ -193,12 +251,16 @@ class Sandboxes:
         """Tear the task's sandbox down (idempotent; concurrent calls share one teardown)."""
         running = self._tearing.get(task_id)
         if running is None:
-            live = self._live.get(task_id)
+            # Held here, or by a backend any process may take it from.
+            live = self._live.get(task_id) or await self._adopted(task_id, None)
             if live is None:
                 return
-            running = asyncio.ensure_future(self._teardown(task_id, live, reason))
-            self._tearing[task_id] = running
-            running.add_done_callback(lambda _f: self._tearing.pop(task_id, None))
+            # Another call may have started it while this one took the sandbox over.
+            running = self._tearing.get(task_id)
+            if running is None:
+                running = asyncio.ensure_future(self._teardown(task_id, live, reason))
+                self._tearing[task_id] = running
+                running.add_done_callback(lambda _f: self._tearing.pop(task_id, None))
         await asyncio.shield(running)
 
     async def _teardown(self, task_id: str, live: _Live, reason: str) -> None:

@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import json
 import os
 import secrets
 import shutil
@@ -47,6 +48,7 @@ from gateway.private_files import write_private
 from gateway.serving import free_port
 from gateway.testing import postgres as pg
 from gateway.testing.haproxy import Backend, HAProxy, haproxy, render_config
+from gateway.testing.incus import incus_daemon, incus_installed, remove_deployment
 from gateway.testing.nats import NatsServer, nats_server
 from gateway.testing.s3 import dummy_aws_env, make_bucket, moto_server
 from gateway.tokens import new_key
@@ -566,17 +568,44 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--keep", action="store_true", help="keep the data dirs and logs after stopping"
     )
+    parser.add_argument(
+        "--no-incus",
+        action="store_true",
+        help="no sandboxes on Incus (the example's tasks then share one instance)",
+    )
     args = parser.parse_args(argv)
     workdir = Path(tempfile.mkdtemp(prefix="gateway-cluster-"))
     print(f"cluster: starting in {workdir} (logs in {workdir / 'logs'})", flush=True)
-    cluster = LocalCluster(
-        args.nodes, workdir=workdir, example=not args.no_example, launch_browser=False
-    )
     try:
-        with cluster:
-            _print_urls(cluster)
-            _wait_for_signal(cluster)
-            print("cluster: stopping", flush=True)
+        with contextlib.ExitStack() as stack:
+            env: dict[str, str] = {}
+            if not args.no_incus and incus_installed():
+                # Every node provisions on the one Incus: a task keeps its sandbox when it
+                # moves between nodes.
+                socket_path = stack.enter_context(incus_daemon())
+                deployment = f"cluster-{secrets.token_hex(4)}"
+                env["GATEWAY_SANDBOX_INCUS"] = json.dumps(
+                    {"socket": socket_path, "deployment": deployment}
+                )
+                stack.callback(remove_deployment, deployment)
+                if not args.no_example:
+                    # Registered on every node: the node a task moves to restarts its app.
+                    from examples.synthetic_app.serve import REPOSITORY, example_repository
+
+                    env["GATEWAY_SANDBOX_REPOSITORIES"] = json.dumps(
+                        {REPOSITORY: example_repository().model_dump()}
+                    )
+            cluster = LocalCluster(
+                args.nodes,
+                workdir=workdir,
+                example=not args.no_example,
+                launch_browser=False,
+                env=env,
+            )
+            with cluster:
+                _print_urls(cluster, incus="GATEWAY_SANDBOX_INCUS" in env)
+                _wait_for_signal(cluster)
+                print("cluster: stopping", flush=True)
     except KeyboardInterrupt:
         print("cluster: stopped while starting", flush=True)
     finally:
@@ -587,7 +616,7 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _print_urls(cluster: LocalCluster) -> None:
+def _print_urls(cluster: LocalCluster, *, incus: bool) -> None:
     key_file = cluster.workdir / "control.key"
     write_private(key_file, (cluster.control_key + "\n").encode())
     lines = [
@@ -601,8 +630,11 @@ def _print_urls(cluster: LocalCluster) -> None:
     if cluster.example_urls is not None:
         example = cluster.example_urls
         lines.append(f"cluster: example dashboard {example.dashboard}/ (beside {example.node})")
-        # A node of a cluster provisions no sandboxes: the example's tasks share one.
-        lines.append(f"cluster: example sandbox instance {example.sandbox}/")
+        if incus:
+            lines.append("cluster: each example task gets a sandbox of its own on Incus")
+        else:
+            # Without Incus a node of a cluster provisions none: the tasks share one.
+            lines.append(f"cluster: example sandbox instance {example.sandbox}/")
     lines.append("cluster: Ctrl-C stops everything")
     print("\n".join(lines), flush=True)
 

@@ -7,7 +7,7 @@ import json
 import os
 import shutil
 import subprocess
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -20,6 +20,7 @@ from gateway.sandbox.local import LocalProvider, LocalSandbox
 from gateway.sandbox.service import Sandboxes
 from gateway.settings import Settings
 from gateway.testing import LiveGateway, live_gateway, test_settings
+from gateway.testing.incus import IncusUnavailable, incus_daemon, remove_deployment
 
 PROBE_APP = Path(__file__).with_name("probe_app.py")
 
@@ -156,3 +157,31 @@ async def ask(live: LiveGateway, task_id: str, path: str, wait_s: float = 30.0) 
         response = await client.get(f"{sandbox.origin}{path}")
     assert response.status_code == 200, response.text
     return json.loads(response.text)
+
+
+# -- the `incus` provider ---------------------------------------------------------------
+
+REQUIRE_INCUS = os.environ.get("GATEWAY_TEST_REQUIRE_INCUS") == "1"
+# This test process's containers: apart from another run's on the same Incus.
+INCUS_DEPLOYMENT = f"test-{os.getpid()}"
+
+
+@pytest.fixture(scope="session")
+def incus_socket() -> Iterator[str]:
+    try:
+        with incus_daemon() as socket_path:
+            yield socket_path
+            remove_deployment(INCUS_DEPLOYMENT)
+    except IncusUnavailable as exc:
+        if REQUIRE_INCUS:
+            raise
+        pytest.skip(f"no Incus here: {exc}")
+
+
+def incus_settings(data_dir: Path, repo: AppRepo, socket_path: str, **overrides: Any) -> Settings:
+    return sandbox_settings(
+        data_dir,
+        repo,
+        sandbox_incus={"socket": socket_path, "deployment": INCUS_DEPLOYMENT},
+        **overrides,
+    )

@@ -3,15 +3,16 @@
 Standard library only. It serves HTTP on the listening socket it is handed as standard
 input (`SANDBOX_LISTEN_FD`), and each path is one attempt whose outcome it reports as
 JSON: `/connect?port=`, `/resolve?name=`, `/write?path=`, `/read?path=`, `/list?path=`,
-`/fork?n=`, `/alloc?mb=`, `/bigfile?mb=`, `/fill?path=&mb=`, `/userns?how=`, `/spawn`,
-`/spin`, `/exit`, `/env`, `/whoami`, `/version`, `/healthz`. The tests commit this file
-into a throwaway repository.
+`/fork?n=`, `/alloc?mb=`, `/memfd?mb=`, `/shm?mb=`, `/hold?path=&mb=`, `/bigfile?mb=`,
+`/fill?path=&mb=`, `/userns?how=`, `/spawn`, `/spin`, `/exit`, `/env`, `/whoami`,
+`/version`, `/healthz`. The tests commit this file into a throwaway repository.
 """
 
 from __future__ import annotations
 
 import ctypes
 import json
+import mmap
 import os
 import socket
 import subprocess
@@ -156,6 +157,48 @@ def fill(path: str, mb: str) -> str:
     return "written"
 
 
+def memfd(mb: str) -> int:
+    """Memory no address-space limit counts: a memfd, every page of it touched."""
+    size = int(mb) * 1024 * 1024
+    fd = os.memfd_create("probe")
+    os.ftruncate(fd, size)
+    with mmap.mmap(fd, size) as pages:
+        for offset in range(0, size, mmap.PAGESIZE):
+            pages[offset] = 1
+    HELD.append(fd)  # held past the request, as an attacker would
+    return size
+
+
+def shm(mb: str) -> int:
+    """SysV shared memory, attached and touched (it outlives the process that made it)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.shmat.restype = ctypes.c_void_p
+    size = int(mb) * 1024 * 1024
+    ipc_private, ipc_creat = 0, 0o1000
+    segment = libc.shmget(ipc_private, ctypes.c_size_t(size), ipc_creat | 0o600)
+    if segment < 0:
+        raise OSError(ctypes.get_errno(), os.strerror(ctypes.get_errno()))
+    address = libc.shmat(segment, None, 0)
+    if address in (None, ctypes.c_void_p(-1).value):
+        raise OSError(ctypes.get_errno(), os.strerror(ctypes.get_errno()))
+    ctypes.memset(address, 1, size)
+    return size
+
+
+def hold(path: str, mb: str) -> str:
+    """A file written, unlinked and kept open: no walk of the folder sees it."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    os.unlink(path)
+    chunk = b"x" * (1024 * 1024)
+    for _ in range(int(mb)):
+        os.write(fd, chunk)
+    HELD.append(fd)
+    return "held"
+
+
+HELD: list[int] = []
+
+
 def spin() -> NoReturn:
     while True:
         pass
@@ -190,6 +233,12 @@ class Handler(BaseHTTPRequestHandler):
             body = attempt(lambda: bigfile(q["mb"]))
         elif route == "/fill":
             body = attempt(lambda: fill(q["path"], q["mb"]))
+        elif route == "/memfd":
+            body = attempt(lambda: memfd(q["mb"]))
+        elif route == "/shm":
+            body = attempt(lambda: shm(q["mb"]))
+        elif route == "/hold":
+            body = attempt(lambda: hold(q["path"], q["mb"]))
         elif route == "/userns":
             body = attempt(lambda: user_namespace(q["how"]))
         elif route == "/spawn":

@@ -1,0 +1,867 @@
+"""The `incus` provider: each task's app in an unprivileged Incus container of its own.
+
+For one task it:
+
+1. checks the spec against the registration (`registration.py`), as every provider does;
+2. writes the commit into `<sandbox dir>/<id>/app` (`checkout.py`), bound into the
+   container read-only at `/app`;
+3. creates the container from the gateway's own image (`incus_image.py`, built on first
+   use: no image server), with no network card (loopback only), the host's `/usr` and the
+   gateway's interpreter read-only, `/data` and `/tmp` as tmpfs of the budget's sizes (the
+   kernel refuses a byte more, and their pages count in the container's memory), Incus's
+   `limits.memory` and `limits.processes` (the container's cgroup: shared memory, memfds
+   and tmpfs pages included), no user namespaces inside (`user.max_user_namespaces` 0) and
+   a seccomp policy refusing what an app has no need for; the container is unprivileged
+   (its root is an unprivileged host uid) and has an IPC namespace and keyring of its own;
+4. starts the app with `incus_launcher.py` as the container's `app` user: rlimits set, a
+   listening unix socket handed over as standard input; a proxy device makes that socket
+   a unix socket on this machine (`<socket dir>/<id>.sock`, mode 0600), which is how the
+   task's guard reaches the app;
+5. waits for `health_path` to answer 2xx, and writes the manifest, with every limit as the
+   kernel holds it (read back from Incus and from inside), never as asked.
+
+The container, not a gateway process, is the sandbox: what a node knows of it is written
+into the container's own config (`user.gateway.*`: the task it is bound to, the spec, the
+manifest, the app's exec operation), so any node of a cluster that reaches the same Incus
+can take it over (`adopt`) when the task moves there, and can tear it down. Teardown is
+claimed with a compare-and-set on the container's ETag, so of several nodes ending one
+task exactly one archives its data and deletes it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import secrets
+import shutil
+import socket
+import sys
+import time
+from collections.abc import Iterable
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from gateway.sandbox_spec import (
+    DEFAULT_BUDGETS,
+    Budgets,
+    IncusBackend,
+    Limits,
+    Provision,
+    Repository,
+)
+
+from . import incus_image, incus_launcher, manifest, probe
+from .checkout import extract, resolve_commit
+from .errors import SandboxError, Unhealthy
+from .incus_api import Endpoint, Incus, IncusError
+from .provider import Binding, Health, SandboxHandle, SandboxProvider, SandboxState, Teardown
+from .registration import check
+
+log = logging.getLogger(__name__)
+
+# The launcher's source, passed to the container's interpreter with `-c`.
+LAUNCHER = Path(incus_launcher.__file__).read_text()
+
+PYTHON = "{python}"
+PROBE_INTERVAL_S = 0.05
+WATCH_WAIT_S = 30.0
+GONE_WAIT_S = 30.0
+# A blank of the warm stock is used within this long or replaced (a stock that outlives
+# its gateway, killed, is swept by the next start after twice this).
+STOCK_MAX_AGE_S = 600.0
+# A teardown claimed this long ago and not done is a dead process's: another takes it over.
+CLAIM_STALE_S = 120.0
+APP_SOCKET = f"{incus_image.RUN_DIR}/app.sock"
+REPORT = f"{incus_image.RUN_DIR}/report.json"
+MIB = 1024 * 1024
+KEY = "user.gateway."
+# Where apps' sockets appear by default: short (a unix socket's path has at most 107
+# bytes) and the same for every node of a cluster on one machine.
+SOCKET_ROOT = "/run/gateway-incus"
+MAX_SOCKET_PATH = 107
+# What the manifest's `enforced_by` names for each mechanism.
+ENFORCERS = ("incus:cgroup", "incus:unprivileged", "incus:no-network", "tmpfs", "rlimit")
+# Refused with an error (never a kill: runtimes probe some of them and fall back), on top of
+# what Incus refuses by default. Asynchronous I/O rings, performance counters, user-mode
+# page faults and the kernel keyring are large kernel surfaces an app never needs.
+REFUSED_SYSCALLS = {
+    "io_uring_setup": 38,
+    "io_uring_enter": 38,
+    "io_uring_register": 38,
+    "perf_event_open": 1,
+    "userfaultfd": 1,
+    "keyctl": 38,
+    "add_key": 38,
+    "request_key": 38,
+    "pidfd_open": 38,
+    "bpf": 1,
+}
+_INCUS_DEFAULT_DENY = (
+    "kexec_load",
+    "open_by_handle_at",
+    "init_module",
+    "finit_module",
+    "delete_module",
+)
+
+
+def seccomp_policy() -> str:
+    """The container's seccomp policy, in LXC's denylist form."""
+    lines = ["2", "denylist", "reject_force_umount", "[all]"]
+    lines += [f"{name} errno 38" for name in _INCUS_DEFAULT_DENY]
+    lines += [f"{name} errno {code}" for name, code in REFUSED_SYSCALLS.items()]
+    return "\n".join(lines) + "\n"
+
+
+class IncusSandbox(SandboxHandle):
+    def __init__(
+        self,
+        *,
+        sandbox_id: str,
+        name: str,
+        origin: str,
+        binding: Binding,
+        spec: Provision,
+        limits: Limits,
+        folder: Path,
+        socket_path: Path,
+    ) -> None:
+        self.sandbox_id = sandbox_id
+        self.provider = IncusProvider.name
+        self.name = name
+        self.origin = origin
+        self.binding = binding
+        self.spec = spec
+        self.limits = limits
+        self.folder = folder
+        self.socket_path = socket_path
+        self.manifest: dict[str, Any] = {}
+        self.state = SandboxState.STARTING
+        self.restarts = 0
+        self.exec_id: str | None = None
+        self.watcher: asyncio.Task[None] | None = None
+
+    @property
+    def checkout(self) -> Path:
+        return self.folder / "app"
+
+    async def open_connection(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        return await asyncio.open_unix_connection(str(self.socket_path))
+
+    def torn_down(self) -> bool:
+        return self.state is SandboxState.TORN_DOWN
+
+
+class IncusProvider(SandboxProvider):
+    name = "incus"
+    durable = True
+
+    def __init__(
+        self,
+        backend: IncusBackend,
+        *,
+        root: Path,
+        repositories: dict[str, Repository],
+        max_limits: Limits,
+        max_live: int,
+        budgets: Budgets = DEFAULT_BUDGETS,
+        domain: str = "sandbox.internal",
+        keep_data_max_bytes: int = 64 * MIB,
+    ) -> None:
+        super().__init__()
+        self.backend = backend
+        self.root = root / "incus"
+        self.socket_dir = Path(backend.socket_dir or f"{SOCKET_ROOT}/{backend.deployment}")
+        self.repositories = dict(repositories)
+        self.max_limits = max_limits
+        self.max_live = max_live
+        self.budgets = budgets
+        self.domain = domain
+        self.keep_data_max_bytes = keep_data_max_bytes
+        self.endpoint = Endpoint(
+            socket=backend.socket,
+            url=backend.url,
+            client_cert=backend.client_cert,
+            client_key=backend.client_key,
+            server_cert=backend.server_cert,
+            project=backend.project,
+        )
+        self._incus: Incus | None = None
+        self._live: dict[str, IncusSandbox] = {}
+        # Started blank containers no task has had, with when each was made (`warm`).
+        self._stock: list[tuple[str, float]] = []
+        self._filling: asyncio.Future[None] | None = None
+        # A claim that names this gateway process (a node restarted is another claimant).
+        self._claimant = secrets.token_hex(8)
+
+    # -- the gateway's lifetime ------------------------------------------------------------
+
+    @property
+    def incus(self) -> Incus:
+        if self._incus is None:
+            raise SandboxError("the incus provider is not started")
+        return self._incus
+
+    async def start(self) -> None:
+        """Reach Incus and make what every container needs: the pool, the profile, the
+        image. A gateway whose Incus cannot be reached still starts; its creates then
+        answer 503 until it can be."""
+        self._incus = Incus(self.endpoint)
+        self.root.mkdir(parents=True, exist_ok=True)
+        os.chmod(self.root, 0o700)
+        longest = self.socket_dir / f"sbx-{'0' * 16}.sock"
+        if len(str(longest)) > MAX_SOCKET_PATH:
+            raise SandboxError(
+                f"the Incus socket folder {self.socket_dir} is too long for a unix socket "
+                f"path (at most {MAX_SOCKET_PATH} bytes with the socket's name): set a "
+                "shorter `socket_dir` in GATEWAY_SANDBOX_INCUS"
+            )
+        self.socket_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        try:
+            await self._prepare_backend()
+            await self._sweep_blanks()
+        except IncusError as exc:
+            log.error("sandboxes on Incus are unavailable for now: %s", exc)
+            return
+        self._refill()
+
+    async def _sweep_blanks(self) -> None:
+        """Delete blanks of this deployment that nobody took in twice their lifetime: a
+        killed gateway's stock (a live node's is younger, or already replaced)."""
+        for instance in await self.incus.instances(prefix=self.backend.prefix):
+            config = instance.get("config") or {}
+            if config.get(f"{KEY}deployment") != self.backend.deployment:
+                continue
+            _claimant, _, made = str(config.get(f"{KEY}blank", "")).partition("@")
+            if made and time.time() - float(made) > 2 * STOCK_MAX_AGE_S:
+                with contextlib.suppress(IncusError):
+                    await self.incus.delete_forced(instance["name"])
+
+    async def close(self) -> None:
+        for handle in list(self._live.values()):
+            await self.release(handle)
+        if self._filling is not None:
+            self._filling.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._filling
+        stock, self._stock = self._stock, []
+        for name, _made in stock:
+            with contextlib.suppress(IncusError):
+                await self.incus.delete_forced(name)
+        if self._incus is not None:
+            await self._incus.close()
+            self._incus = None
+
+    async def _prepare_backend(self) -> None:
+        b = self.backend
+        if not await self.incus.has(f"/storage-pools/{b.pool}"):
+            with contextlib.suppress(IncusError):  # made by another node meanwhile
+                await self.incus.request(
+                    "POST", "/storage-pools", body={"name": b.pool, "driver": "dir"}
+                )
+        if not await self.incus.has(f"/profiles/{b.profile}"):
+            with contextlib.suppress(IncusError):
+                await self.incus.request(
+                    "POST",
+                    "/profiles",
+                    body={
+                        "name": b.profile,
+                        "description": "gateway sandboxes: a root disk, no network card",
+                        "devices": {"root": {"type": "disk", "path": "/", "pool": b.pool}},
+                    },
+                )
+        if not await self.incus.has(f"/images/aliases/{b.image}"):
+            await self.incus.import_image(incus_image.build(), alias=b.image)
+
+    # -- provisioning -------------------------------------------------------------------------
+
+    async def provision(self, spec: Provision, binding: Binding) -> IncusSandbox:
+        repository, limits = check(spec, self.repositories, self.max_limits)
+        if len(self._live) >= self.max_live:
+            raise SandboxError("every Incus sandbox slot of this gateway is in use; retry later")
+        # Before any work: a commit that is not there costs nothing more.
+        await asyncio.to_thread(resolve_commit, Path(repository.path), spec.commit)
+        sandbox_id = f"sbx-{secrets.token_hex(8)}"
+        handle = IncusSandbox(
+            sandbox_id=sandbox_id,
+            name="",  # the container's, once it has one
+            origin=f"http://{sandbox_id}.{self.domain}",
+            binding=binding,
+            spec=spec,
+            limits=limits,
+            folder=self.root / sandbox_id,
+            socket_path=self.socket_dir / f"{sandbox_id}.sock",
+        )
+        self._live[sandbox_id] = handle
+        try:
+            # The checkout is written while the container is made, or taken ready.
+            writing = asyncio.ensure_future(
+                asyncio.to_thread(self._write_checkout, handle, repository)
+            )
+            try:
+                handle.name = await self._container()
+            finally:
+                checkout = await writing
+            await self._bind_container(handle, repository, checkout.commit)
+            await self._launch(handle, repository, checkout.commit)
+            await self._until_healthy(handle, repository)
+            handle.manifest = manifest.build(
+                provider=self.name,
+                sandbox_id=sandbox_id,
+                spec=spec,
+                commit=checkout.commit,
+                tree=checkout.public(),
+                command=list(repository.command),
+                limits=limits,
+                enforcement=list(ENFORCERS),
+                origin=handle.origin,
+                binding=binding,
+                started_at=time.time(),
+                user=incus_image.APP_UID,
+            )
+            handle.manifest["enforced"] = await self._read_back(handle)
+            handle.manifest["container"] = handle.name
+            await self._remember(handle, manifest=handle.manifest)
+        except IncusError as exc:
+            await self._destroy(handle)
+            raise SandboxError(f"Incus refused the sandbox: {exc.message}") from exc
+        except BaseException:
+            await self._destroy(handle)
+            raise
+        handle.state = SandboxState.HEALTHY
+        handle.watcher = asyncio.ensure_future(self._watch(handle, repository))
+        return handle
+
+    async def _container(self) -> str:
+        """A started blank container: one of the warm stock, else made now. The stock is
+        refilled behind the taker's back."""
+        name = None
+        while self._stock:
+            candidate, made = self._stock.pop(0)
+            if time.time() - made < STOCK_MAX_AGE_S:
+                name = candidate
+                break
+            with contextlib.suppress(IncusError):
+                await self.incus.delete_forced(candidate)
+        self._refill()
+        if name is not None:
+            return name
+        name = self._new_name()
+        await self._create_blank(name)
+        return name
+
+    def _new_name(self) -> str:
+        return f"{self.backend.prefix}sbx-{secrets.token_hex(8)}"
+
+    def _refill(self) -> None:
+        if self._filling is None or self._filling.done():
+            self._filling = asyncio.ensure_future(self._fill())
+
+    async def _fill(self) -> None:
+        while self._incus is not None and len(self._stock) < self.backend.warm:
+            name = self._new_name()
+            try:
+                await self._create_blank(name)
+            except IncusError as exc:
+                log.warning("the warm stock of Incus containers is not refilled: %s", exc)
+                return
+            self._stock.append((name, time.time()))
+
+    def _write_checkout(self, handle: IncusSandbox, repository: Repository) -> Any:
+        handle.folder.mkdir(mode=0o700)
+        # The container's root is an unprivileged uid: it reads the checkout as "others".
+        handle.checkout.mkdir(mode=0o755)
+        return extract(
+            Path(repository.path),
+            handle.spec.commit,
+            handle.checkout,
+            max_bytes=self.budgets.checkout_bytes,
+            max_files=self.budgets.checkout_files,
+        )
+
+    def _runtime_paths(self, paths: Iterable[str]) -> list[str]:
+        kept: list[str] = []
+        for path in dict.fromkeys(os.path.realpath(p) for p in paths):
+            if path == "/usr" or path.startswith("/usr/"):
+                continue  # /usr is mounted whole
+            kept.append(path)
+        return kept
+
+    def _blank(self, name: str) -> dict[str, Any]:
+        """A container as every sandbox starts: what no task decides (the image, the
+        mounts and their sizes, the system-call policy, no user namespaces, the host's
+        programs and the gateway's interpreter read-only)."""
+        uid = incus_image.APP_UID
+        mounts = [
+            "lxc.init.cmd = /init",
+            f"lxc.mount.entry = tmpfs data tmpfs rw,nosuid,nodev,size={self.budgets.data_bytes},"
+            f"nr_inodes={self.budgets.data_entries},uid={uid},gid={uid},mode=0700 0 0",
+            f"lxc.mount.entry = tmpfs tmp tmpfs rw,nosuid,nodev,size={self.budgets.tmp_bytes},"
+            "mode=1777 0 0",
+        ]
+        devices = {"usr": _read_only("/usr")}
+        # The launcher runs on the gateway's interpreter, whatever the app's command.
+        for index, path in enumerate(self._runtime_paths((sys.prefix, sys.base_prefix))):
+            devices[f"python{index}"] = _read_only(path)
+        return {
+            "name": name,
+            "type": "container",
+            "source": {"type": "image", "alias": self.backend.image},
+            "profiles": [self.backend.profile],
+            "config": {
+                "raw.lxc": "\n".join(mounts),
+                "raw.seccomp": seccomp_policy(),
+                "linux.sysctl.user.max_user_namespaces": "0",
+                "security.privileged": "false",
+                "security.nesting": "false",
+                # Until a task's own limits replace it: a blank runs nothing but its init
+                # (its start runs a few hooks in its cgroup).
+                "limits.processes": "16",
+                "limits.memory": "64MiB",
+                f"{KEY}deployment": self.backend.deployment,
+                f"{KEY}blank": f"{self._claimant}@{time.time():.0f}",
+            },
+            "devices": devices,
+        }
+
+    async def _create_blank(self, name: str) -> None:
+        try:
+            await self.incus.create(self._blank(name))
+            await self.incus.change_state(name, "start")
+        except BaseException:
+            with contextlib.suppress(IncusError):
+                await self.incus.delete_forced(name)
+            raise
+
+    async def _bind_container(
+        self, handle: IncusSandbox, repository: Repository, commit: str
+    ) -> None:
+        """Make a started blank the task's: its limits, its checkout, its socket, and the
+        binding any node reads it back from, in one change (devices are hot-plugged)."""
+        limits = handle.limits
+        found, etag = await self.incus.instance(handle.name)
+        config = dict(found.get("config") or {})
+        config.pop(f"{KEY}blank", None)
+        for blank_limit in ("limits.processes", "limits.memory"):
+            config.pop(blank_limit, None)
+        if limits.memory_mb is not None:
+            config["limits.memory"] = f"{limits.memory_mb}MiB"
+            config["limits.memory.swap"] = "false"
+        if limits.processes is not None:
+            config["limits.processes"] = str(limits.processes + 1)  # and the container's init
+        config.update(self._binding_config(handle, commit))
+        devices = dict(found.get("devices") or {})
+        devices["app"] = {**_read_only(str(handle.checkout)), "path": "/app"}
+        devices["http"] = {
+            "type": "proxy",
+            "listen": f"unix:{handle.socket_path}",
+            "connect": f"unix:{APP_SOCKET}",
+            "bind": "host",
+            "mode": "0600",
+        }
+        for index, path in enumerate(self._runtime_paths(repository.read_only)):
+            devices[f"runtime{index}"] = _read_only(path)
+        await self.incus.replace_instance(
+            handle.name, {**found, "config": config, "devices": devices}, etag=etag
+        )
+
+    def _binding_config(self, handle: IncusSandbox, commit: str) -> dict[str, str]:
+        b = handle.binding
+        return {
+            f"{KEY}deployment": self.backend.deployment,
+            f"{KEY}sandbox": handle.sandbox_id,
+            f"{KEY}task": b.task_id,
+            f"{KEY}org": b.org_id,
+            f"{KEY}actor": b.actor_id,
+            f"{KEY}expires": b.expires_at.isoformat(),
+            f"{KEY}spec": handle.spec.model_dump_json(),
+            f"{KEY}limits": handle.limits.model_dump_json(),
+            f"{KEY}commit": commit,
+            f"{KEY}origin": handle.origin,
+            f"{KEY}folder": str(handle.folder),
+            f"{KEY}socket": str(handle.socket_path),
+        }
+
+    async def _remember(self, handle: IncusSandbox, **values: Any) -> None:
+        """Write what another node needs to take this sandbox over into its config."""
+        found, etag = await self.incus.instance(handle.name)
+        config = dict(found.get("config") or {})
+        for name, value in values.items():
+            config[f"{KEY}{name}"] = value if isinstance(value, str) else json.dumps(value)
+        await self.incus.patch_instance(handle.name, {"config": config}, etag=etag)
+
+    async def _launch(self, handle: IncusSandbox, repository: Repository, commit: str) -> None:
+        command = [sys.executable if part == PYTHON else part for part in repository.command]
+        plan = {
+            "limits": handle.limits.model_dump(),
+            "socket": APP_SOCKET,
+            "report": REPORT,
+            "argv": command,
+        }
+        env = {
+            **handle.spec.env,
+            "PATH": "/usr/local/bin:/usr/bin:/bin",
+            "HOME": "/data",
+            "TMPDIR": "/tmp",  # noqa: S108 - the container's own
+            "LANG": "C.UTF-8",
+            "SANDBOX_ID": handle.sandbox_id,
+            "SANDBOX_COMMIT": commit,
+            "SANDBOX_ORIGIN": handle.origin,
+            "SANDBOX_DATA": "/data",
+            "SANDBOX_LISTEN_FD": "0",
+        }
+        launcher = LAUNCHER
+        handle.exec_id = await self.incus.exec(
+            handle.name,
+            [sys.executable, "-c", launcher, json.dumps(plan)],
+            env=env,
+            user=incus_image.APP_UID,
+            cwd="/app",
+        )
+        with contextlib.suppress(IncusError):
+            await self._remember(handle, exec=handle.exec_id, restarts=str(handle.restarts))
+
+    async def _exited(self, handle: IncusSandbox, *, wait_s: float) -> dict[str, Any] | None:
+        """The app's exec operation once it ended (waiting up to `wait_s`); None while it
+        runs."""
+        if handle.exec_id is None:
+            return {"status": "gone"}
+        try:
+            state = await self.incus.operation_state(handle.exec_id, wait_s=wait_s)
+        except IncusError as exc:
+            if exc.not_found:
+                return {"status": "gone"}
+            raise
+        if state.get("status") == "Running":
+            return None
+        return state
+
+    async def _until_healthy(self, handle: IncusSandbox, repository: Repository) -> None:
+        deadline = time.monotonic() + repository.ready_timeout_s
+        while True:
+            ended = await self._exited(handle, wait_s=0)
+            if ended is not None:
+                code = (ended.get("metadata") or {}).get("return")
+                raise Unhealthy(
+                    f"the app exited ({code}) before it was healthy",
+                    details={
+                        "exit_code": code,
+                        "error": ended.get("err") or None,
+                        "log": await self._log(ended),
+                    },
+                )
+            status = await probe.status(
+                handle.open_connection, handle.origin, repository.health_path
+            )
+            if status is not None and 200 <= status < 300:
+                return
+            if time.monotonic() >= deadline:
+                raise Unhealthy(
+                    f"the app did not answer {repository.health_path} with 2xx within "
+                    f"{repository.ready_timeout_s:g} s",
+                    details={"last_status": status},
+                )
+            await asyncio.sleep(PROBE_INTERVAL_S)
+
+    async def _log(self, ended: dict[str, Any]) -> str:
+        outputs = (ended.get("metadata") or {}).get("output") or {}
+        parts = []
+        for key in ("1", "2"):
+            if outputs.get(key):
+                with contextlib.suppress(IncusError):
+                    parts.append(await self.incus.log(outputs[key], limit=64 * 1024))
+        return b"".join(parts).decode("utf-8", "replace")[-500:]
+
+    async def _read_back(self, handle: IncusSandbox) -> dict[str, Any]:
+        """Every limit as the kernel holds it now: the cgroup's from Incus, the rest from
+        the launcher's report inside the container."""
+        state = await self.incus.state(handle.name)
+        found, _etag = await self.incus.instance(handle.name)
+        config = found.get("expanded_config") or {}
+        code, raw = await self.incus.run(handle.name, ["/usr/bin/cat", REPORT])
+        report = json.loads(raw) if code == 0 and raw else {}
+        memory = (state.get("memory") or {}).get("total")
+        return {
+            "memory_bytes": {"value": memory, "by": "incus:cgroup (limits.memory)"},
+            "processes": {
+                "value": int(config["limits.processes"]) if "limits.processes" in config else None,
+                "by": "incus:cgroup (limits.processes)",
+            },
+            "cpu_s": {"value": report.get("rlimits", {}).get("cpu_s"), "by": "rlimit"},
+            "file_size_bytes": {
+                "value": report.get("rlimits", {}).get("file_size_mb"),
+                "by": "rlimit",
+            },
+            "open_files": {"value": report.get("rlimits", {}).get("open_files"), "by": "rlimit"},
+            "data_bytes": {
+                "value": report.get("filesystems", {}).get("/data"),
+                "by": "tmpfs size (counted in the memory limit)",
+            },
+            "tmp_bytes": {
+                "value": report.get("filesystems", {}).get("/tmp"),  # noqa: S108
+                "by": "tmpfs size (counted in the memory limit)",
+            },
+            "network": {"value": report.get("interfaces"), "by": "incus: no network card"},
+            "user_namespaces": {
+                "value": config.get("linux.sysctl.user.max_user_namespaces"),
+                "by": "sysctl user.max_user_namespaces",
+            },
+            "refused_syscalls": {"value": sorted(REFUSED_SYSCALLS), "by": "seccomp (raw.seccomp)"},
+            "uid": {"value": report.get("uid"), "by": "incus:unprivileged container"},
+        }
+
+    # -- health and the app dying mid-task ----------------------------------------------------
+
+    async def health(self, handle: SandboxHandle) -> Health:
+        assert isinstance(handle, IncusSandbox)
+        if handle.state in (SandboxState.TORN_DOWN, SandboxState.DOWN):
+            return Health(handle.state, False)
+        path = self._health_path(handle)
+        status = await probe.status(handle.open_connection, handle.origin, path)
+        healthy = status is not None and 200 <= status < 300
+        return Health(handle.state, healthy, None if healthy else f"health answer: {status}")
+
+    def _health_path(self, handle: IncusSandbox) -> str:
+        repository = self.repositories.get(handle.spec.repository)
+        return repository.health_path if repository is not None else "/"
+
+    async def _watch(self, handle: IncusSandbox, repository: Repository) -> None:
+        while not handle.torn_down():
+            try:
+                ended = await self._exited(handle, wait_s=WATCH_WAIT_S)
+            except IncusError as exc:
+                log.warning("sandbox %s: cannot watch its app: %s", handle.sandbox_id, exc)
+                await asyncio.sleep(1.0)
+                continue
+            if ended is None or handle.torn_down():
+                continue
+            died = {
+                "exit_code": (ended.get("metadata") or {}).get("return"),
+                "log": await self._log(ended),
+            }
+            if handle.restarts >= 1:
+                self.changed(handle, SandboxState.DOWN, {**died, "restarts": handle.restarts})
+                return
+            handle.restarts += 1
+            self.changed(handle, SandboxState.RESTARTING, died)
+            try:
+                commit = handle.manifest.get("commit", "")
+                await self._launch(handle, repository, commit)
+                await self._until_healthy(handle, repository)
+            except (SandboxError, IncusError) as exc:
+                message = exc.message if isinstance(exc, SandboxError) else str(exc)
+                self.changed(
+                    handle, SandboxState.DOWN, {"error": message, "restarts": handle.restarts}
+                )
+                return
+            if handle.torn_down():
+                return
+            self.changed(handle, SandboxState.HEALTHY, {"restarts": handle.restarts})
+
+    # -- another node's sandbox ---------------------------------------------------------------
+
+    async def found(self) -> list[SandboxHandle]:
+        """Every container of this deployment on the Incus, as handles (what a gateway
+        that stopped without tearing down left, or another node's)."""
+        return list(await self._containers())
+
+    async def _containers(self) -> list[IncusSandbox]:
+        handles = []
+        for instance in await self.incus.instances(prefix=self.backend.prefix):
+            handle = self._from_config(instance)
+            if handle is not None:
+                handles.append(handle)
+        return handles
+
+    async def adopt(self, task_id: str) -> IncusSandbox | None:
+        """The task's sandbox, taken over from whichever node made it; None if it has none
+        here. Its app keeps running: only this node's view of it is new."""
+        for handle in self._live.values():
+            if handle.binding.task_id == task_id:
+                return handle
+        for handle in await self._containers():
+            if handle.binding.task_id != task_id:
+                continue
+            repository = self.repositories.get(handle.spec.repository)
+            if repository is None:
+                return None
+            running = await self._exited(handle, wait_s=0) is None
+            handle.state = SandboxState.HEALTHY if running else SandboxState.DOWN
+            self._live[handle.sandbox_id] = handle
+            if handle.state is SandboxState.HEALTHY:
+                handle.watcher = asyncio.ensure_future(self._watch(handle, repository))
+            return handle
+        return None
+
+    async def release(self, handle: SandboxHandle) -> None:
+        assert isinstance(handle, IncusSandbox)
+        watcher, handle.watcher = handle.watcher, None
+        if watcher is not None:
+            watcher.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await watcher
+        self._live.pop(handle.sandbox_id, None)
+
+    def _from_config(self, instance: dict[str, Any]) -> IncusSandbox | None:
+        config = instance.get("config") or {}
+        if config.get(f"{KEY}deployment") != self.backend.deployment:
+            return None
+        if f"{KEY}blank" in config:
+            return None  # no task's yet
+        try:
+            binding = Binding(
+                task_id=config[f"{KEY}task"],
+                org_id=config[f"{KEY}org"],
+                actor_id=config[f"{KEY}actor"],
+                expires_at=datetime.fromisoformat(config[f"{KEY}expires"]),
+            )
+            handle = IncusSandbox(
+                sandbox_id=config[f"{KEY}sandbox"],
+                name=instance["name"],
+                origin=config[f"{KEY}origin"],
+                binding=binding,
+                spec=Provision.model_validate_json(config[f"{KEY}spec"]),
+                limits=Limits.model_validate_json(config[f"{KEY}limits"]),
+                folder=Path(config[f"{KEY}folder"]),
+                socket_path=Path(config[f"{KEY}socket"]),
+            )
+            handle.manifest = json.loads(config.get(f"{KEY}manifest", "{}"))
+            handle.exec_id = config.get(f"{KEY}exec")
+            handle.restarts = int(config.get(f"{KEY}restarts", "0"))
+        except (KeyError, ValueError) as exc:
+            log.warning("container %s has no readable binding: %s", instance.get("name"), exc)
+            return None
+        return handle
+
+    # -- teardown ------------------------------------------------------------------------------
+
+    async def teardown(self, handle: SandboxHandle, *, keep_data: bool) -> Teardown:
+        assert isinstance(handle, IncusSandbox)
+        handle.state = SandboxState.TORN_DOWN
+        watcher, handle.watcher = handle.watcher, None
+        if watcher is not None and watcher is not asyncio.current_task():
+            watcher.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await watcher
+        try:
+            mine = await self._claim(handle)
+        except IncusError as exc:
+            if not exc.not_found:
+                raise SandboxError(f"Incus refused the teardown: {exc.message}") from exc
+            mine = True  # already gone: what is left on this machine is still removed
+        if not mine:
+            # Another node tears it down: it is done when the container is gone.
+            left = await self._gone(handle)
+            self._live.pop(handle.sandbox_id, None)
+            return Teardown(processes_left=left)
+        data, note = None, None
+        with contextlib.suppress(IncusError):
+            # The app first, so nothing it does races the archive.
+            await self.incus.run(
+                handle.name,
+                [sys.executable, "-c", "import os, signal; os.kill(-1, signal.SIGKILL)"],
+                user=incus_image.APP_UID,
+            )
+        if keep_data:
+            data, note = await self._archive(handle)
+        await self._destroy(handle)
+        left = await self._gone(handle, wait_s=0)
+        return Teardown(processes_left=left, data=data, data_note=note)
+
+    async def _claim(self, handle: IncusSandbox) -> bool:
+        """Mark the container as torn down by this process; False when another one holds
+        that mark. A mark older than `CLAIM_STALE_S` is a process that died mid-teardown:
+        it is taken over."""
+        while True:
+            found, etag = await self.incus.instance(handle.name)
+            config = dict(found.get("config") or {})
+            holder, _, since = str(config.get(f"{KEY}teardown", "")).partition("@")
+            if holder == self._claimant:
+                return True
+            if holder and time.time() - float(since or 0) < CLAIM_STALE_S:
+                return False
+            config[f"{KEY}teardown"] = f"{self._claimant}@{time.time():.0f}"
+            try:
+                await self.incus.patch_instance(handle.name, {"config": config}, etag=etag)
+            except IncusError as exc:
+                if exc.conflict:
+                    continue  # changed meanwhile: read it again
+                raise
+            return True
+
+    async def _archive(self, handle: IncusSandbox) -> tuple[bytes | None, str | None]:
+        script = (
+            "import sys, tarfile\n"
+            "with tarfile.open(fileobj=sys.stdout.buffer, mode='w|gz') as tar:\n"
+            "    tar.add('/data', arcname='data')\n"
+        )
+        try:
+            code, data = await self.incus.run(
+                handle.name,
+                [sys.executable, "-c", script],
+                limit=self.keep_data_max_bytes,
+            )
+        except IncusError as exc:
+            if exc.status == 413:
+                return None, (
+                    f"the data folder holds more than {self.keep_data_max_bytes} bytes, "
+                    "the most kept"
+                )
+            return None, f"the data folder could not be archived: {exc.message}"
+        if code != 0:
+            return None, f"the data folder could not be archived (exit {code})"
+        return data, None
+
+    async def _destroy(self, handle: IncusSandbox) -> None:
+        """Remove the container and what this machine holds for it (Incus leaves a proxy
+        device's socket file behind)."""
+        if handle.name:
+            try:
+                await self.incus.delete_forced(handle.name)
+            except IncusError as exc:
+                if not exc.not_found:
+                    log.error(
+                        "sandbox %s: the container was not deleted: %s", handle.sandbox_id, exc
+                    )
+        with contextlib.suppress(OSError):
+            handle.socket_path.unlink()
+        await asyncio.to_thread(shutil.rmtree, handle.folder, True)
+        self._live.pop(handle.sandbox_id, None)
+
+    async def _gone(self, handle: IncusSandbox, *, wait_s: float = GONE_WAIT_S) -> int:
+        """0 once the container is gone (waiting up to `wait_s`); else its processes."""
+        if not handle.name:
+            return 0
+        deadline = time.monotonic() + wait_s
+        while True:
+            try:
+                state = await self.incus.state(handle.name)
+            except IncusError as exc:
+                if exc.not_found:
+                    return 0
+                raise
+            if time.monotonic() >= deadline:
+                return int(state.get("processes") or 0) or 1
+            await asyncio.sleep(0.2)
+
+
+def _read_only(path: str) -> dict[str, str]:
+    """A host path visible read-only at the same place in the container."""
+    return {"type": "disk", "source": path, "path": path, "readonly": "true"}
+
+
+def incus_reachable(socket_path: str) -> bool:
+    """Whether an Incus answers on this machine's socket (for tests and set-up scripts)."""
+    probe_socket = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        probe_socket.settimeout(2)
+        probe_socket.connect(socket_path)
+    except OSError:
+        return False
+    finally:
+        probe_socket.close()
+    return True
