@@ -8,14 +8,17 @@ from __future__ import annotations
 
 import ctypes
 import errno
+import io
 import os
 import subprocess
+import tarfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from gateway.sandbox import local, tree
 from gateway.sandbox.checkout import MAX_CHECKOUT_DEPTH, extract, resolve_commit
 from gateway.sandbox.errors import SandboxRefused, UnknownCommit
 from gateway.testing import live_gateway
@@ -115,6 +118,38 @@ async def test_a_gateway_starts_over_whatever_an_app_left(
         assert mounts_below(root) == []
         task_id = (await provision(live, app_repo.v1))["task_id"]
         assert (await ask(live, task_id, "/version"))["version"] == "v1"
+
+
+def test_a_folder_deeper_than_recursion_goes_is_archived_and_removed(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "kept").write_bytes(b"near the top")
+    chain(data, 3 * DEEP)
+    archive, note = local._archive(data, MIB)
+    assert archive is not None and note is not None
+    assert f"deeper than {local.ARCHIVE_MAX_DEPTH}" in note
+    with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
+        names = tar.getnames()
+        kept = tar.extractfile("data/kept")
+        assert kept is not None and kept.read() == b"near the top"
+    # The deepest folder walked is listed with its entries (a folder among them, whose own
+    # entries are left out).
+    assert max(name.count("/") for name in names) == local.ARCHIVE_MAX_DEPTH + 1
+    tree.remove(data)
+    assert not data.exists()
+
+
+def test_removal_never_follows_a_link_out(tmp_path: Path) -> None:
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "keep").write_bytes(b"host file")
+    data = tmp_path / "data"
+    data.mkdir()
+    chain(data, 5)
+    (data / "d" / "link").symlink_to(outside)
+    tree.remove(data)
+    assert not data.exists()
+    assert (outside / "keep").read_bytes() == b"host file"
 
 
 def test_a_checkout_of_a_deep_tree_is_refused(tmp_path: Path) -> None:
