@@ -66,8 +66,7 @@ def _rlimits(pid: int) -> dict[str, int | None]:
     return found
 
 
-def _sized(path: Path) -> dict[str, Any]:
-    size = mounts.sized(path)
+def _sized(size: mounts.Sized) -> dict[str, Any]:
     return {"by": "tmpfs", "bytes": size.bytes, "entries": size.entries}
 
 
@@ -90,13 +89,13 @@ def read_back(handle: LocalSandbox, limits: Limits) -> tuple[dict[str, Any], lis
             status = _status(pid)
         with contextlib.suppress(OSError):
             enforced["rlimits"] = _rlimits(pid)
-    root = PROC / str(pid) / "root" if pid is not None else None
-    for name, folder in (("data", "data"), ("tmp", "tmp")):
-        try:
-            # Seen from inside the jail when it can be; else the host's side of the mount.
-            enforced[name] = _sized(root / folder if root is not None else handle.folder / name)
-        except OSError:
-            enforced[name] = _sized(handle.folder / name)
+    for name in ("data", "tmp"):
+        # As the jail sees it when it can be read; else as the mount answered the host.
+        size = handle.sized[name]
+        if pid is not None:
+            with contextlib.suppress(OSError):
+                size = mounts.sized(PROC / str(pid) / "root" / name)
+        enforced[name] = _sized(size)
     if status.get("Seccomp") == "2":
         enforced["refused_calls"] = sorted(seccomp.REFUSED)
         enforced["user_namespaces"] = "refused"

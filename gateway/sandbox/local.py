@@ -359,9 +359,15 @@ class LocalProvider(SandboxProvider):
             ("tmp", handle.tmp, self.tmp_max_bytes),
         ):
             folder.mkdir(mode=0o700)
-            handle.sized[name] = mounts.mount_tmpfs(
-                folder, size=size, entries=self.data_max_entries, uid=handle.uid
-            )
+            try:
+                handle.sized[name] = mounts.mount_tmpfs(
+                    folder, size=size, entries=self.data_max_entries, uid=handle.uid
+                )
+            except OSError as exc:
+                # Never a folder without a size instead: the budget would be a claim.
+                raise SandboxError(
+                    f"the sandbox's {name} cannot be given its size: {exc}"
+                ) from None
             handle.mounted.append(folder)
         listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         listener.bind(str(handle.socket_path))

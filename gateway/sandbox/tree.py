@@ -64,12 +64,12 @@ def walk(top: Path, max_depth: int, outcome: Walk | None = None) -> Generator[Fo
     `max_depth` levels below it; never through a link or into another filesystem."""
     outcome = outcome if outcome is not None else Walk()
     root = os.open(top, DIR_NOFOLLOW)
-    device = os.fstat(root).st_dev
     # (path, descriptor, the names of its folders not visited yet)
-    stack: list[tuple[str, int, list[str]]] = []
+    stack: list[tuple[str, int, list[str]]] = [("", root, [])]
     try:
+        device = os.fstat(root).st_dev
         dirs, files = _entries(root)
-        stack.append(("", root, list(reversed(dirs))))
+        stack[0][2].extend(reversed(dirs))
         yield Folder("", root, dirs, files)
         while stack:
             path, fd, pending = stack[-1]

@@ -212,7 +212,26 @@ async def test_shared_memory_and_memfds_hold_nothing_past_the_limits(
         assert enforced["tmp"]["by"] == "tmpfs"
         assert enforced["tmp"]["bytes"] == local_provider(live).tmp_max_bytes
         assert {"memfd_create", "shmget", "msgget"} <= set(enforced["refused_calls"])
-        assert manifest["not_enforced"], manifest
+        assert enforced["rlimits"]["address_space_bytes"] == 128 * MIB
+        assert (enforced["no_new_privs"], enforced["capabilities"]) == (True, "none")
+        # No cgroup is delegated here: the manifest says memory_mb is per process only.
+        assert enforced["cgroup"] is None
+        assert any("memory_mb (128)" in line for line in manifest["not_enforced"]), manifest
+
+
+async def test_the_manifest_says_what_the_running_jail_lacks(
+    tmp_path: Path, app_repo: AppRepo
+) -> None:
+    # Read back, not assumed: a jail started without the filter is said to lack it.
+    settings = sandbox_settings(tmp_path / "data", app_repo, sandbox_uid_base=BASE)
+    async with live_gateway(settings) as live:
+        local_provider(live).seccomp = None
+        task_id = (await provision(live, app_repo.v1))["task_id"]
+        manifest = handle(live, task_id).manifest
+        assert manifest["enforced"]["refused_calls"] == []
+        assert "seccomp:no-user-namespaces" not in manifest["enforced_by"]
+        assert any("no system-call filter" in line for line in manifest["not_enforced"])
+        assert (await ask(live, task_id, "/memfd?mb=16"))["result"] == {"held_mb": 16}
 
 
 # -- kernel calls ------------------------------------------------------------------------
