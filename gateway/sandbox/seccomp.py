@@ -17,9 +17,11 @@ installs (`--seccomp FD`) before the app's first instruction:
   that can do without them check for that answer and fall back):
   - `io_uring_*`, `perf_event_open`, `userfaultfd`: large kernel surfaces that have held
     many of its privilege escalations, which a web app never needs;
-  - `memfd_create`, `memfd_secret`, `shmget`, `msgget`: memory no address-space limit
-    counts (a memfd written, not mapped; a System V segment or message queue outlives
-    every process attached to it). Without a delegated cgroup nothing else bounds them;
+  - `memfd_create`, `memfd_secret`, `shmget`, `msgget`, `semget`: memory no
+    address-space limit counts (a memfd written, not mapped; a System V segment, message
+    queue or semaphore set outlives every process that used it, and the kernel's default
+    limits for a new IPC namespace let one app hold gigabytes of them). Without a
+    delegated cgroup nothing else bounds them;
   - `keyctl`, `add_key`, `request_key`: the kernel keyrings are the uid's, not the
     sandbox's, and a uid is handed to the next sandbox once this one is gone: refused,
     no sandbox stores a key a later one could read;
@@ -71,6 +73,7 @@ REFUSED = (
     "pidfd_getfd",
     "pidfd_open",
     "request_key",
+    "semget",
     "shmget",
     "userfaultfd",
 )
@@ -112,6 +115,7 @@ _ARCHES = {
             "memfd_create": 319,
             "shmget": 29,
             "msgget": 68,
+            "semget": 64,
         },
         foreign_from=0x40000000,
     ),
@@ -130,6 +134,7 @@ _ARCHES = {
             "memfd_create": 279,
             "shmget": 194,
             "msgget": 186,
+            "semget": 190,
         },
     ),
 }

@@ -4,9 +4,9 @@ Standard library only. It serves HTTP on the listening socket it is handed as st
 input (`SANDBOX_LISTEN_FD`), and each path is one attempt whose outcome it reports as
 JSON: `/connect?port=`, `/resolve?name=`, `/write?path=`, `/read?path=`, `/list?path=`,
 `/fork?n=`, `/alloc?mb=`, `/bigfile?mb=`, `/fill?path=&mb=`, `/deep?n=&mb=`,
-`/hold?n=&mb=`, `/shm?mb=`, `/memfd?mb=`, `/syscall?name=`, `/key?do=`, `/userns?how=`,
-`/spawn`, `/spin`, `/exit`, `/env`, `/whoami`, `/version`, `/healthz`. The tests commit this file
-into a throwaway repository.
+`/hold?n=&mb=`, `/shm?mb=`, `/memfd?mb=`, `/sem?sets=`, `/syscall?name=`, `/key?do=`,
+`/userns?how=`, `/spawn`, `/spin`, `/exit`, `/env`, `/whoami`, `/version`, `/healthz`. The
+tests commit this file into a throwaway repository.
 """
 
 from __future__ import annotations
@@ -243,6 +243,28 @@ def memfd(mb: str) -> dict[str, Any]:
     return {"held_mb": held}
 
 
+def available_kib() -> int:
+    with open("/proc/meminfo") as fh:  # the machine's, not the namespace's
+        for line in fh:
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1])
+    return 0
+
+
+def sem(sets: str) -> dict[str, Any]:
+    """`sets` System V semaphore sets of the most semaphores a set may hold: kernel memory
+    that outlives every process and that no address space counts."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    before = available_kib()
+    made = 0
+    for _ in range(int(sets)):
+        if libc.semget(0, 32000, 0o1600) < 0:  # IPC_PRIVATE, IPC_CREAT
+            code = ctypes.get_errno()
+            return {"sets": made, "errno": code, "stopped_by": os.strerror(code)}
+        made += 1
+    return {"sets": made, "host_mib_taken": (before - available_kib()) // 1024}
+
+
 # x86-64 and arm64 numbers of the calls an app has no need for.
 SYSCALLS = {
     "x86_64": {
@@ -256,6 +278,7 @@ SYSCALLS = {
         "memfd_create": 319,
         "shmget": 29,
         "msgget": 68,
+        "semget": 64,
     },
     "aarch64": {
         "io_uring_setup": 425,
@@ -268,6 +291,7 @@ SYSCALLS = {
         "memfd_create": 279,
         "shmget": 194,
         "msgget": 186,
+        "semget": 190,
     },
 }
 
@@ -304,6 +328,8 @@ def syscall(name: str) -> str:
         args = (b"probe", 0)
     elif name == "shmget":
         args = (0, 4096, 0o1600)
+    elif name == "semget":
+        args = (0, 1, 0o1600)
     else:
         args = (0, 0o1600)
     result = libc.syscall(number, *args)
@@ -378,6 +404,8 @@ class Handler(BaseHTTPRequestHandler):
             body = attempt(lambda: shm(q["mb"]))
         elif route == "/memfd":
             body = attempt(lambda: memfd(q["mb"]))
+        elif route == "/sem":
+            body = attempt(lambda: sem(q["sets"]))
         elif route == "/syscall":
             body = attempt(lambda: syscall(q["name"]))
         elif route == "/key":

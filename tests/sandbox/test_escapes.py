@@ -193,6 +193,8 @@ async def test_shared_memory_and_memfds_hold_nothing_past_the_limits(
         task_id = (await provision(live, app_repo.v1, limits={"memory_mb": 128}))["task_id"]
         shm = await ask(live, task_id, "/shm?mb=400")
         memfd = await ask(live, task_id, "/memfd?mb=300")
+        sem = await ask(live, task_id, "/sem?sets=200")
+        assert sem["result"]["sets"] == 0 and sem["result"]["errno"] == errno.ENOSYS, sem
         assert shm["result"] == {
             "held_mb": 0,
             "stopped_by": os.strerror(errno.ENOSYS),
@@ -247,6 +249,7 @@ REFUSED = (
     "memfd_create",
     "shmget",
     "msgget",
+    "semget",
 )
 
 
