@@ -117,7 +117,11 @@ class LocalSandbox(SandboxHandle):
         self.env: dict[str, str] = {}
         self.listener: socket.socket | None = None
         self.process: asyncio.subprocess.Process | None = None
+        # The jail's PID namespace, by its number, and a descriptor of it held open while
+        # the number is used: the kernel gives a freed namespace's number to the next
+        # one made, and a number alone would then name someone else's processes.
         self.pid_namespace: int | None = None
+        self.pid_namespace_fd: int | None = None
         self.cgroup: Path | None = None
         self.watcher: asyncio.Task[None] | None = None
         # The filesystems mounted for it (data, tmp), unmounted at teardown.
@@ -151,6 +155,19 @@ class LocalSandbox(SandboxHandle):
 
     def torn_down(self) -> bool:
         return self.state is SandboxState.TORN_DOWN
+
+    def hold_namespace(self, pid: int) -> None:
+        """Know the jail's PID namespace as that of `pid`, kept from being freed (and its
+        number given to another) until `release_namespace`."""
+        self.release_namespace()
+        fd = os.open(PROC / str(pid) / "ns" / "pid", os.O_RDONLY | os.O_CLOEXEC)
+        self.pid_namespace_fd = fd
+        self.pid_namespace = os.fstat(fd).st_ino
+
+    def release_namespace(self) -> None:
+        if self.pid_namespace_fd is not None:
+            os.close(self.pid_namespace_fd)
+        self.pid_namespace = self.pid_namespace_fd = None
 
     def log_tail(self) -> str:
         try:
@@ -433,7 +450,7 @@ class LocalProvider(SandboxProvider):
                 if handle.cgroup is not None:
                     argv = [*CgroupParent.enter_prefix(handle.cgroup), *argv]
                 # The previous jail's namespace (a restart) says nothing of this one.
-                handle.pid_namespace = None
+                handle.release_namespace()
                 spawn = asyncio.ensure_future(
                     asyncio.create_subprocess_exec(
                         *argv,
@@ -468,7 +485,7 @@ class LocalProvider(SandboxProvider):
                 details={"exit_code": code, "log": handle.log_tail()[-500:]},
             )
         with contextlib.suppress(OSError):
-            handle.pid_namespace = os.stat(PROC / str(child) / "ns" / "pid").st_ino
+            handle.hold_namespace(child)
 
     async def _until_healthy(self, handle: LocalSandbox) -> None:
         deadline = time.monotonic() + handle.repository.ready_timeout_s
@@ -599,6 +616,9 @@ class LocalProvider(SandboxProvider):
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(process.wait(), 0.1)
             elif not found:
+                # Nothing is left in it: from now on the sandbox is its uid alone, and the
+                # namespace's number is the kernel's to give again.
+                handle.release_namespace()
                 return 0
             if time.monotonic() >= deadline:
                 return len(sandbox_processes(handle.uid, handle.pid_namespace))
@@ -616,6 +636,7 @@ class LocalProvider(SandboxProvider):
             handle.listener = None
         if handle.cgroup is not None:
             CgroupParent.remove(handle.cgroup)
+        handle.release_namespace()
         try:
             await asyncio.to_thread(_remove, handle)
         except Exception:  # the slot is freed regardless: its folder's name is never reused

@@ -6,10 +6,12 @@ a branch name shadows."""
 
 from __future__ import annotations
 
+import asyncio
 import ctypes
 import errno
 import io
 import os
+import signal
 import subprocess
 import tarfile
 from collections.abc import Iterator
@@ -22,6 +24,7 @@ from gateway.sandbox import local, tree
 from gateway.sandbox.checkout import MAX_CHECKOUT_DEPTH, extract, resolve_commit
 from gateway.sandbox.errors import SandboxRefused, UnknownCommit
 from gateway.testing import live_gateway
+from gateway.testing.waiting import until, until_true
 from tests.sandbox.conftest import (
     UID_BASE,
     AppRepo,
@@ -310,3 +313,69 @@ def test_a_commit_abbreviation_a_branch_name_shadows_is_refused(
     assert list(dest.iterdir()) == []
     # Its full id means the commit, whatever the branches are called.
     assert resolve_commit(repo, app_repo.v1)[0] == app_repo.v1
+
+
+# -- a namespace number used again ----------------------------------------------------------
+
+
+def pid_namespace_of(pid: int) -> int:
+    return os.stat(f"/proc/{pid}/ns/pid").st_ino
+
+
+async def test_a_teardown_never_kills_whoever_got_its_namespace_number(
+    tmp_path: Path, app_repo: AppRepo
+) -> None:
+    # The kernel hands a freed namespace's number to a later namespace (the lowest free
+    # one first): a sandbox that knew its PID namespace by number alone would take
+    # whoever got it next for its own, and kill it at teardown.
+    settings = sandbox_settings(tmp_path / "data", app_repo, sandbox_uid_base=BASE)
+    others: list[subprocess.Popen[bytes]] = []
+    async with live_gateway(settings) as live:
+        task_id = (await provision(live, app_repo.v1))["task_id"]
+        sandbox = handle(live, task_id)
+        number = sandbox.pid_namespace
+        sandbox.restarts = 1  # it stays down once it dies
+        assert sandbox.process is not None
+        os.kill(sandbox.process.pid, signal.SIGKILL)  # its init, and so all of it, dies
+        await until(lambda: sandbox.state == "down", "the app is down")
+        try:
+            # Other processes, each in a PID namespace of its own, made until one has
+            # the sandbox's number (or the kernel kept it from being used again).
+            reused = False
+            for _ in range(64):
+                others.append(await _in_own_pid_namespace())
+                if await _namespace_of_child(others[-1]) == number:
+                    reused = True
+                    break
+            await live.end_task(task_id)
+            killed = [o.pid for o in others if o.poll() is not None]
+            assert killed == [], f"killed by the teardown (its number was reused: {reused})"
+        finally:
+            for other in others:
+                other.kill()
+                other.wait()
+
+
+async def _in_own_pid_namespace() -> subprocess.Popen[bytes]:
+    return await asyncio.to_thread(subprocess.Popen, ["unshare", "--pid", "--fork", "sleep", "120"])
+
+
+async def _namespace_of_child(process: subprocess.Popen[bytes]) -> int:
+    found: list[int] = []
+
+    async def started() -> bool:
+        found[:] = [
+            int(p) for p in os.listdir("/proc") if p.isdigit() and _parent(int(p)) == process.pid
+        ]
+        return bool(found)
+
+    await until_true(started, "the process in its own namespace started")
+    return pid_namespace_of(found[0])
+
+
+def _parent(pid: int) -> int | None:
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return int(fh.read().rsplit(")", 1)[1].split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
