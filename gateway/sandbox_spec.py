@@ -22,8 +22,9 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_vali
 RegisteredName = Annotated[
     str, StringConstraints(min_length=1, max_length=64, pattern=r"^[a-z0-9][a-z0-9_.-]{0,63}$")
 ]
-# A commit as hexadecimal only (7 to 40 digits): never a ref, a range or an option, so it
-# means one thing in the repository and cannot be read as anything else by git.
+# A commit as hexadecimal only (7 to 40 digits): never a range or an option, so git cannot
+# read it as anything else. git reads a shorter one as a ref name first, so what resolves
+# must start with what was asked (`checkout.resolve_commit`), or it is refused.
 Commit = Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{7,40}$")]
 EnvName = Annotated[
     str, StringConstraints(min_length=1, max_length=64, pattern=r"^[A-Z_][A-Z0-9_]{0,63}$")
@@ -38,7 +39,8 @@ class Limits(BaseModel):
     Each is enforced as a resource limit on every process of the sandbox (address space,
     CPU seconds and file size per process; processes for the sandbox's own user), and as
     the sandbox's cgroup's total where a delegated cgroup v2 hierarchy exists
-    (docs/sandbox.md).
+    (docs/sandbox.md). Without one, `memory_mb` bounds no process's memory but its own
+    address space: the manifest's `not_enforced` says so.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -101,8 +103,8 @@ class Repository(BaseModel):
 
     `command` is the app's argv, run in the checkout. `{python}` in it is the gateway's own
     interpreter, whose installation is then visible read-only in the sandbox. The app is
-    handed a listening unix socket as file descriptor `SANDBOX_LISTEN_FD` (3) and answers
-    HTTP there; `health_path` must answer 2xx once it is ready.
+    handed a listening unix socket as file descriptor `SANDBOX_LISTEN_FD` (0, its standard
+    input) and answers HTTP there; `health_path` must answer 2xx once it is ready.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -136,11 +138,13 @@ class Budgets(BaseModel):
       asked for by its hex id (even an unreachable one), so a checkout's size is the
       task's choice, written to the gateway's disk: refused past these, before a byte is
       written. Bytes count file contents, files count every entry.
-    - `data_bytes`, `data_entries`: the data folder (and /tmp, where it is a folder) in
-      allocated bytes, and entries (each costs an inode and time to count). No resource
-      limit bounds a folder's total, so a meter checks it every second: past it, the app
-      is stopped.
-    - `tmp_bytes`: the size of a tmpfs /tmp, memory that no resource limit counts.
+    - `data_bytes`, `data_entries`: the size and number of files and folders of the
+      tmpfs mounted as the app's data folder. No resource limit bounds a folder's total,
+      and a walk of one misses what is unlinked but held open: the kernel holds a tmpfs
+      to its size (a write past it fails with ENOSPC). Its pages are memory (swappable),
+      which no resource limit counts either: this is also what a sandbox's data may take
+      of the machine's memory.
+    - `tmp_bytes`: the size of the tmpfs /tmp (its entries: `data_entries`).
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")

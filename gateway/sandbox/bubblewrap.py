@@ -9,17 +9,17 @@
   and nobody else's loopback ports. The mount namespace holds the system's programs and
   libraries read-only (`/usr` and its links), the few `/etc` files a program needs to
   start, any runtime the repository's registration names (read-only), the checkout at
-  `/app` (read-only), the data folder at `/data` (writable), a `/tmp` of its own (a
-  tmpfs of a fixed size, or where this bubblewrap cannot size one, a folder of the
-  sandbox's on disk, counted with its data), `/proc` of
-  its own PID namespace and a minimal `/dev`. Nothing else of the host: not the gateway's
+  `/app` (read-only), the data folder at `/data` and a `/tmp` of its own (writable: each
+  a tmpfs of a fixed size the gateway mounted, `mounts.py`), `/proc` of its own PID
+  namespace and a minimal `/dev`. Nothing else of the host: not the gateway's
   data folder, its keys, other sandboxes, or the user's home. The environment is cleared
   and only the listed variables are set. `--die-with-parent` ends the sandbox if the
   gateway dies.
 - `setpriv` gives root up for the sandbox's own user inside, with no capabilities (also
   none in the bounding set), no supplementary groups and `no_new_privs`.
 - A seccomp filter (`gateway/sandbox/seccomp.py`), installed by bwrap, refuses the app
-  new user namespaces, the one kind an unprivileged process could still make.
+  new user namespaces, the one kind an unprivileged process could still make, and the
+  kernel interfaces it has no need for.
 
 The app receives its listening unix socket as standard input (fd 0, as inetd and
 systemd's socket activation hand it); its standard output and error go to a log file.
@@ -27,10 +27,8 @@ systemd's socket activation hand it); its standard output and error go to a log 
 
 from __future__ import annotations
 
-import functools
 import os
 import shutil
-import subprocess
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -56,10 +54,6 @@ _ETC = (
 )
 
 
-def find_bwrap() -> str | None:
-    return shutil.which("bwrap")
-
-
 def find_tools() -> dict[str, str | None]:
     """The programs the jail is made of; None where one is missing."""
     return {name: shutil.which(name) for name in ("bwrap", "prlimit", "setpriv")}
@@ -74,33 +68,12 @@ class JailPlan:
     limits: Limits
     env: Mapping[str, str]
     command: Sequence[str]
+    tmp: Path  # the host folder bound as /tmp (a sized tmpfs the gateway mounted)
     read_only: Sequence[str] = ()  # host paths visible read-only at the same place
     hostname: str = "sandbox"
     info_fd: int | None = None  # where bwrap reports the pid of the sandbox's init
-    # /tmp: a tmpfs of `tmp_size` bytes, or, when `tmp` is given, that host folder bound.
-    tmp_size: int | None = None
-    tmp: Path | None = None
     # A seccomp program (gateway/sandbox/seccomp.py) bwrap installs before the app starts.
     seccomp_fd: int | None = None
-
-
-@functools.cache
-def tmpfs_size_supported() -> bool:
-    """Whether this bubblewrap can size a tmpfs (`--size`: older ones cannot).
-
-    A tmpfs without a size may take half the machine's memory, and the address-space
-    limit does not count it: without `--size`, /tmp is a folder on disk instead.
-    """
-    bwrap = find_bwrap()
-    if bwrap is None:
-        return False
-    try:
-        done = subprocess.run(
-            [bwrap, "--help"], capture_output=True, timeout=10, check=False, env={}
-        )
-    except (OSError, subprocess.TimeoutExpired):
-        return False
-    return b"--size" in done.stdout + done.stderr
 
 
 def limit_args(limits: Limits) -> list[str]:
@@ -149,16 +122,10 @@ def command_line(plan: JailPlan) -> list[str]:
         "--clearenv",
     ]
     argv += _system_mounts()
-    # The sandbox's own /tmp, nothing of the host's: a tmpfs of a fixed size (the memory it
-    # takes is counted by no resource limit), or the sandbox's own folder on disk. Mounted
-    # before the runtime's paths, which may lie under the host's /tmp (a checkout there).
-    if plan.tmp is not None:
-        argv += ["--bind", str(plan.tmp), "/tmp"]  # noqa: S108
-    else:
-        if plan.tmp_size is not None:
-            # With a size bubblewrap makes the tmpfs 0755 (root's) unless told otherwise.
-            argv += ["--perms", "01777", "--size", str(plan.tmp_size)]
-        argv += ["--tmpfs", "/tmp"]  # noqa: S108
+    # The sandbox's own /tmp, nothing of the host's: a tmpfs of a fixed size and number of
+    # files (the memory it takes is counted by no resource limit). Mounted before the
+    # runtime's paths, which may lie under the host's /tmp (a checkout there).
+    argv += ["--bind", str(plan.tmp), "/tmp"]  # noqa: S108
     made: set[str] = {"/tmp"}  # noqa: S108 - mounted above, with its own mode
     for path in plan.read_only:
         if not os.path.exists(path):

@@ -22,7 +22,6 @@ import contextlib
 import hashlib
 import itertools
 import os
-import shutil
 import stat
 import subprocess
 from collections.abc import Iterator
@@ -33,6 +32,7 @@ from typing import BinaryIO
 from gateway.sandbox_spec import DEFAULT_BUDGETS
 
 from .errors import SandboxError, SandboxRefused, UnknownCommit
+from .tree import remove as remove_tree
 
 GIT_TIMEOUT_S = 60.0
 # What one checkout may hold at most (`Budgets`: why; a provider passes its own).
@@ -40,6 +40,10 @@ MAX_CHECKOUT_BYTES = DEFAULT_BUDGETS.checkout_bytes
 MAX_CHECKOUT_FILES = DEFAULT_BUDGETS.checkout_files
 # A link's target is a path: longer than PATH_MAX, it is not one.
 MAX_LINK_BYTES = 4095
+# Folders deep a path of the commit may be: `git ls-tree -r` lists leaves only, so a
+# chain of folders counts as one file, and whatever walks or removes the checkout later
+# goes as deep.
+MAX_CHECKOUT_DEPTH = 64
 # git reads nothing of the caller's environment that could point it elsewhere.
 _GIT_ENV = {
     "PATH": "/usr/local/bin:/usr/bin:/bin",
@@ -76,17 +80,31 @@ def _git(repository: Path, *args: str) -> bytes:
 
 
 def resolve_commit(repository: Path, commit: str) -> tuple[str, str]:
-    """The full id of `commit` (hex, checked by the spec) and of its tree."""
+    """The full id of `commit` (hex, checked by the spec) and of its tree.
+
+    git reads a name shorter than a full id as a ref first: a branch or tag named like
+    the abbreviation asked for would win over the commit it abbreviates. What resolved
+    must start with what was asked, or it is refused.
+    """
     try:
-        full = _git(repository, "rev-parse", "--verify", "--quiet", f"{commit}^{{commit}}")
-        tree = _git(repository, "rev-parse", "--verify", "--quiet", f"{commit}^{{tree}}")
+        full = (
+            _git(repository, "rev-parse", "--verify", "--quiet", f"{commit}^{{commit}}")
+            .decode()
+            .strip()
+        )
+        if not full.startswith(commit):
+            raise UnknownCommit(
+                f"commit {commit} is ambiguous in the registered repository: it names a "
+                "ref, not a commit whose id starts so; ask for the full id"
+            )
+        tree = _git(repository, "rev-parse", "--verify", "--quiet", f"{full}^{{tree}}")
     except subprocess.CalledProcessError:
         raise UnknownCommit(
             f"commit {commit} is not in the registered repository (or is ambiguous)"
         ) from None
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise SandboxError(f"the registered repository cannot be read: {exc}") from None
-    return full.decode().strip(), tree.decode().strip()
+    return full, tree.decode().strip()
 
 
 def _safe(path: bytes) -> str:
@@ -155,6 +173,13 @@ def _list(repository: Path, commit: str, max_files: int) -> list[_Entry]:
         )
     for e in entries:
         parts = e.path.split("/")
+        if len(parts) - 1 > MAX_CHECKOUT_DEPTH:
+            raise SandboxRefused(
+                f"the commit's tree holds {e.path[:200]!r}, deeper than the "
+                f"{MAX_CHECKOUT_DEPTH} folders a sandbox's checkout may have",
+                field="commit",
+                max_depth=MAX_CHECKOUT_DEPTH,
+            )
         for depth in range(1, len(parts)):
             above = "/".join(parts[:depth])
             if above in leaves:
@@ -280,15 +305,11 @@ def _enter(stack: list[tuple[str, int]], folders: list[str]) -> int:
 
 
 def _empty(dest: Path) -> None:
-    """Remove everything below `dest` (rmtree never follows a link)."""
+    """Remove everything below `dest`, never following a link."""
     with contextlib.suppress(OSError):
         for child in os.listdir(dest):
-            path = dest / child
-            if path.is_dir() and not path.is_symlink():
-                shutil.rmtree(path, ignore_errors=True)
-            else:
-                with contextlib.suppress(OSError):
-                    path.unlink()
+            with contextlib.suppress(OSError):
+                remove_tree(dest / child)
 
 
 def _file_mode(mode: str) -> str:

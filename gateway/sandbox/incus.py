@@ -36,7 +36,6 @@ import json
 import logging
 import os
 import secrets
-import shutil
 import socket
 import sys
 import time
@@ -54,7 +53,7 @@ from gateway.sandbox_spec import (
     Repository,
 )
 
-from . import incus_image, incus_launcher, manifest, probe
+from . import incus_image, incus_launcher, manifest, probe, seccomp, tree
 from .checkout import extract, resolve_commit
 from .errors import SandboxError, Unhealthy
 from .incus_api import Endpoint, Incus, IncusError
@@ -85,21 +84,10 @@ SOCKET_ROOT = "/run/gateway-incus"
 MAX_SOCKET_PATH = 107
 # What the manifest's `enforced_by` names for each mechanism.
 ENFORCERS = ("incus:cgroup", "incus:unprivileged", "incus:no-network", "tmpfs", "rlimit")
-# Refused with an error (never a kill: runtimes probe some of them and fall back), on top of
-# what Incus refuses by default. Asynchronous I/O rings, performance counters, user-mode
-# page faults and the kernel keyring are large kernel surfaces an app never needs.
-REFUSED_SYSCALLS = {
-    "io_uring_setup": 38,
-    "io_uring_enter": 38,
-    "io_uring_register": 38,
-    "perf_event_open": 1,
-    "userfaultfd": 1,
-    "keyctl": 38,
-    "add_key": 38,
-    "request_key": 38,
-    "pidfd_open": 38,
-    "bpf": 1,
-}
+# Refused with ENOSYS (never a kill: runtimes probe some of them and fall back), on top of
+# what Incus refuses by default: the kernel surfaces no provider's app gets (seccomp.py).
+# Memory a jail could not count is counted here by the container's cgroup instead.
+REFUSED_SYSCALLS = seccomp.KERNEL_SURFACES
 _INCUS_DEFAULT_DENY = (
     "kexec_load",
     "open_by_handle_at",
@@ -113,7 +101,7 @@ def seccomp_policy() -> str:
     """The container's seccomp policy, in LXC's denylist form."""
     lines = ["2", "denylist", "reject_force_umount", "[all]"]
     lines += [f"{name} errno 38" for name in _INCUS_DEFAULT_DENY]
-    lines += [f"{name} errno {code}" for name, code in REFUSED_SYSCALLS.items()]
+    lines += [f"{name} errno 38" for name in REFUSED_SYSCALLS]
     return "\n".join(lines) + "\n"
 
 
@@ -309,6 +297,7 @@ class IncusProvider(SandboxProvider):
             await self._bind_container(handle, repository, checkout.commit)
             await self._launch(handle, repository, checkout.commit)
             await self._until_healthy(handle, repository)
+            enforced, not_enforced = await self._read_back(handle)
             handle.manifest = manifest.build(
                 provider=self.name,
                 sandbox_id=sandbox_id,
@@ -322,8 +311,9 @@ class IncusProvider(SandboxProvider):
                 binding=binding,
                 started_at=time.time(),
                 user=incus_image.APP_UID,
+                enforced=enforced,
+                not_enforced=not_enforced,
             )
-            handle.manifest["enforced"] = await self._read_back(handle)
             handle.manifest["container"] = handle.name
             await self._remember(handle, manifest=handle.manifest)
         except IncusError as exc:
@@ -576,43 +566,45 @@ class IncusProvider(SandboxProvider):
                     parts.append(await self.incus.log(outputs[key], limit=64 * 1024))
         return b"".join(parts).decode("utf-8", "replace")[-500:]
 
-    async def _read_back(self, handle: IncusSandbox) -> dict[str, Any]:
-        """Every limit as the kernel holds it now: the cgroup's from Incus, the rest from
-        the launcher's report inside the container."""
+    async def _read_back(self, handle: IncusSandbox) -> tuple[dict[str, Any], list[str]]:
+        """What the kernel holds the running sandbox to (the cgroup's limits from Incus,
+        the rest from the launcher's report inside), in the shape `local` reports it, and
+        what nothing holds."""
         state = await self.incus.state(handle.name)
         found, _etag = await self.incus.instance(handle.name)
         config = found.get("expanded_config") or {}
         code, raw = await self.incus.run(handle.name, ["/usr/bin/cat", REPORT])
         report = json.loads(raw) if code == 0 and raw else {}
-        memory = (state.get("memory") or {}).get("total")
-        return {
-            "memory_bytes": {"value": memory, "by": "incus:cgroup (limits.memory)"},
-            "processes": {
-                "value": int(config["limits.processes"]) if "limits.processes" in config else None,
-                "by": "incus:cgroup (limits.processes)",
+        rlimits = report.get("rlimits", {})
+        sizes = report.get("filesystems", {})
+        enforced: dict[str, Any] = {
+            "refused_calls": sorted(REFUSED_SYSCALLS),
+            "rlimits": {
+                "cpu_s": rlimits.get("cpu_s"),
+                "file_size_bytes": rlimits.get("file_size_mb"),
+                "open_files": rlimits.get("open_files"),
+                "core_bytes": report.get("core"),
             },
-            "cpu_s": {"value": report.get("rlimits", {}).get("cpu_s"), "by": "rlimit"},
-            "file_size_bytes": {
-                "value": report.get("rlimits", {}).get("file_size_mb"),
-                "by": "rlimit",
+            "cgroup": {
+                "by": "incus",
+                "memory.max": (state.get("memory") or {}).get("total"),
+                "pids.max": config.get("limits.processes"),
             },
-            "open_files": {"value": report.get("rlimits", {}).get("open_files"), "by": "rlimit"},
-            "data_bytes": {
-                "value": report.get("filesystems", {}).get("/data"),
-                "by": "tmpfs size (counted in the memory limit)",
-            },
-            "tmp_bytes": {
-                "value": report.get("filesystems", {}).get("/tmp"),  # noqa: S108
-                "by": "tmpfs size (counted in the memory limit)",
-            },
-            "network": {"value": report.get("interfaces"), "by": "incus: no network card"},
-            "user_namespaces": {
-                "value": config.get("linux.sysctl.user.max_user_namespaces"),
-                "by": "sysctl user.max_user_namespaces",
-            },
-            "refused_syscalls": {"value": sorted(REFUSED_SYSCALLS), "by": "seccomp (raw.seccomp)"},
-            "uid": {"value": report.get("uid"), "by": "incus:unprivileged container"},
+            "data": {"by": "tmpfs", "bytes": sizes.get("/data")},
+            "tmp": {"by": "tmpfs", "bytes": sizes.get("/tmp")},  # noqa: S108
+            "user_namespaces": (
+                "refused" if config.get("linux.sysctl.user.max_user_namespaces") == "0" else None
+            ),
+            "network": report.get("interfaces"),
+            "uid": report.get("uid"),
+            "container": {"privileged": config.get("security.privileged") == "true"},
         }
+        not_enforced = [
+            f"cpu_s ({handle.limits.cpu_s}) bounds each process's CPU time, not the sandbox's",
+        ]
+        if enforced["cgroup"]["memory.max"] is None:
+            not_enforced.append("Incus reported no memory limit: memory_mb is not held")
+        return enforced, not_enforced
 
     # -- health and the app dying mid-task ----------------------------------------------------
 
@@ -829,7 +821,10 @@ class IncusProvider(SandboxProvider):
                     )
         with contextlib.suppress(OSError):
             handle.socket_path.unlink()
-        await asyncio.to_thread(shutil.rmtree, handle.folder, True)
+        try:
+            await asyncio.to_thread(tree.remove, handle.folder)
+        except OSError as exc:
+            log.error("sandbox %s: its checkout was not removed: %s", handle.sandbox_id, exc)
         self._live.pop(handle.sandbox_id, None)
 
     async def _gone(self, handle: IncusSandbox, *, wait_s: float = GONE_WAIT_S) -> int:

@@ -3,8 +3,9 @@
 For one task it:
 
 1. checks the spec against the registration (repository, environment names, limits);
-2. writes the commit into `<sandbox dir>/<id>/app` (`checkout.py`), makes a private
-   `data` folder owned by the sandbox's user, and binds the app's listening unix socket
+2. writes the commit into `<sandbox dir>/<id>/app` (`checkout.py`), mounts a tmpfs of the
+   data budget's size at `data` and another of the /tmp budget's at `tmp`, each owned by
+   the sandbox's user (`mounts.py`), and binds the app's listening unix socket
    (`app.sock`, in a folder the sandbox never sees, so nothing the app does can point the
    gateway's connections elsewhere);
 3. starts the app's command in its jail (`bubblewrap.py`), as a user of its own: uid
@@ -15,12 +16,14 @@ For one task it:
 
 While the task lives, a watcher waits on the jail: when the app exits, it is started once
 more (same checkout, same data, same socket, so the origin does not change); when it exits
-again it stays down. A meter sums the data folder (and /tmp when it is on disk) every
-second: past its budget the app is stopped and stays down. Teardown kills the jail's PID
-namespace (every process in it goes with its init), then any process of the sandbox's
-user, counts what is left from /proc, keeps the data folder as a gzipped tar when asked
-(and nothing of it is left running), and removes the folder. At start, and before a slot's
-uid is used again, any process of the sandboxes' uids is killed.
+again it stays down. Teardown kills the jail's PID namespace (every process in it goes with
+its init), then any process of the sandbox's user, counts what is left from /proc, keeps
+the data folder as a gzipped tar when asked (and nothing of it is left running), unmounts
+its filesystems and removes the folder (`tree.py`: at any depth, without recursion; what
+cannot be removed is logged, and the slot is freed all the same). At start, and before a
+slot's uid is used again, any process of the sandboxes' uids is killed; at start what an
+earlier gateway left below the sandbox dir is unmounted and removed, and nothing of it can
+stop the start.
 
 It runs as root only: giving each sandbox a user of its own, and the namespaces without
 a user namespace, need it.
@@ -36,21 +39,19 @@ import json
 import logging
 import os
 import secrets
-import shutil
 import signal
 import socket
 import stat
 import sys
 import tarfile
 import time
-from collections.abc import Generator, Mapping
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, TypeVar, cast
-from urllib.parse import urlsplit
+from typing import Any, TypeVar
 
 from gateway.sandbox_spec import DEFAULT_BUDGETS, Limits, Provision, Repository
 
-from . import manifest, seccomp
+from . import manifest, mounts, probe, seccomp, tree
 from .bubblewrap import (
     APP_DIR,
     DATA_DIR,
@@ -58,29 +59,30 @@ from .bubblewrap import (
     JailPlan,
     command_line,
     find_tools,
-    tmpfs_size_supported,
 )
 from .cgroup import CgroupParent
 from .checkout import MAX_CHECKOUT_BYTES, MAX_CHECKOUT_FILES, extract, resolve_commit
-from .errors import SandboxError, SandboxRefused, Unhealthy
+from .enforcement import read_back
+from .errors import SandboxError, Unhealthy
 from .provider import Binding, Health, SandboxHandle, SandboxProvider, SandboxState, Teardown
+from .registration import check
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 PYTHON = "{python}"
-PROBE_TIMEOUT_S = 2.0
 PROBE_INTERVAL_S = 0.05
 KILL_WAIT_S = 5.0
 INFO_TIMEOUT_S = 10.0
 LOG_TAIL_BYTES = 2000
 PROC = Path("/proc")
-# What one sandbox may keep on disk and in its /tmp (`Budgets`: why). The meter checks the
-# data every `DISK_CHECK_INTERVAL_S`: an app can overshoot by what it writes in that time.
+# What one sandbox may keep in its data and its /tmp (`Budgets`: why), each the size of a
+# tmpfs the kernel holds it to.
 DATA_MAX_BYTES = DEFAULT_BUDGETS.data_bytes
 DATA_MAX_ENTRIES = DEFAULT_BUDGETS.data_entries
-DISK_CHECK_INTERVAL_S = 1.0
 TMP_MAX_BYTES = DEFAULT_BUDGETS.tmp_bytes
+# Folders deep a kept data folder is archived (deeper ones are left out, and said so).
+ARCHIVE_MAX_DEPTH = 64
 
 
 class LocalSandbox(SandboxHandle):
@@ -114,13 +116,17 @@ class LocalSandbox(SandboxHandle):
         self.env: dict[str, str] = {}
         self.listener: socket.socket | None = None
         self.process: asyncio.subprocess.Process | None = None
+        # The jail's PID namespace, by its number, and a descriptor of it held open while
+        # the number is used: the kernel gives a freed namespace's number to the next
+        # one made, and a number alone would then name someone else's processes.
         self.pid_namespace: int | None = None
+        self.pid_namespace_fd: int | None = None
         self.cgroup: Path | None = None
         self.watcher: asyncio.Task[None] | None = None
-        self.meter: asyncio.Task[None] | None = None
-        # Set when the meter stopped the app (over its disk budget): why, for its record.
-        self.over_budget: dict[str, Any] | None = None
-        self.tmp_on_disk = False
+        # The filesystems mounted for it (data, tmp), unmounted at teardown.
+        self.mounted: list[Path] = []
+        # What the kernel says it holds the sandbox to, read back (`enforcement.py`).
+        self.sized: dict[str, mounts.Sized] = {}
 
     @property
     def checkout(self) -> Path:
@@ -132,7 +138,7 @@ class LocalSandbox(SandboxHandle):
 
     @property
     def tmp(self) -> Path:
-        """The folder the app sees as its /tmp, where bubblewrap cannot size a tmpfs."""
+        """The folder the app sees as its /tmp."""
         return self.folder / "tmp"
 
     @property
@@ -148,6 +154,19 @@ class LocalSandbox(SandboxHandle):
 
     def torn_down(self) -> bool:
         return self.state is SandboxState.TORN_DOWN
+
+    def hold_namespace(self, pid: int) -> None:
+        """Know the jail's PID namespace as that of `pid`, kept from being freed (and its
+        number given to another) until `release_namespace`."""
+        self.release_namespace()
+        fd = os.open(PROC / str(pid) / "ns" / "pid", os.O_RDONLY | os.O_CLOEXEC)
+        self.pid_namespace_fd = fd
+        self.pid_namespace = os.fstat(fd).st_ino
+
+    def release_namespace(self) -> None:
+        if self.pid_namespace_fd is not None:
+            os.close(self.pid_namespace_fd)
+        self.pid_namespace = self.pid_namespace_fd = None
 
     def log_tail(self) -> str:
         try:
@@ -177,7 +196,6 @@ class LocalProvider(SandboxProvider):
         data_max_bytes: int = DATA_MAX_BYTES,
         data_max_entries: int = DATA_MAX_ENTRIES,
         tmp_max_bytes: int = TMP_MAX_BYTES,
-        disk_check_interval_s: float = DISK_CHECK_INTERVAL_S,
     ) -> None:
         super().__init__()
         self.root = root
@@ -192,9 +210,6 @@ class LocalProvider(SandboxProvider):
         self.data_max_bytes = data_max_bytes
         self.data_max_entries = data_max_entries
         self.tmp_max_bytes = tmp_max_bytes
-        self.disk_check_interval_s = disk_check_interval_s
-        # None: ask bubblewrap (tests set False to have /tmp on disk).
-        self.tmpfs_size: bool | None = None
         self.max_live = max_live
         # The system-call filter every jail gets; None on an architecture it is not
         # written for (the manifest then does not name it).
@@ -211,7 +226,9 @@ class LocalProvider(SandboxProvider):
         # What a gateway that stopped without tearing down left: its jails died with it
         # (`--die-with-parent`), unless one was orphaned on its way (a jail's app runs as
         # a sandbox uid, whoever its parent is now): any process of these uids is killed,
-        # and a uid one outlives is not handed out. Their folders are removed here.
+        # and a uid one outlives is not handed out. Their filesystems are unmounted and
+        # their folders removed here; what cannot be is logged, never a reason not to
+        # start (the folders' names are random: a new sandbox never meets an old one).
         left = reap_uids(range(self.uid_base, self.uid_base + self.max_live))
         for uid in left:
             log.error("a process of sandbox uid %d outlived SIGKILL; its slot stays unused", uid)
@@ -219,9 +236,22 @@ class LocalProvider(SandboxProvider):
                 self._free_slots.remove(uid - self.uid_base)
         self.root.mkdir(parents=True, exist_ok=True)
         os.chmod(self.root, 0o700)
+        try:
+            points = mounts.mounted_below(self.root)
+        except OSError as exc:
+            log.error("the mounts below %s could not be read: %s", self.root, exc)
+            points = []
+        for point in points:
+            try:
+                mounts.unmount(point)
+            except OSError as exc:
+                log.error("a filesystem an earlier sandbox left is still mounted: %s", exc)
         for entry in self.root.iterdir():
             if entry.name.startswith("sbx-"):
-                shutil.rmtree(entry, ignore_errors=True)
+                try:
+                    tree.remove(entry)
+                except OSError as exc:
+                    log.error("what an earlier sandbox left could not be removed: %s", exc)
 
     async def close(self) -> None:
         for handle in list(self._live.values()):
@@ -233,28 +263,7 @@ class LocalProvider(SandboxProvider):
     # -- provisioning -----------------------------------------------------------------------
 
     def _check(self, spec: Provision) -> tuple[Repository, Limits]:
-        repository = self.repositories.get(spec.repository)
-        if repository is None:
-            raise SandboxRefused(
-                f"no repository {spec.repository!r} is registered for sandboxes",
-                field="repository",
-            )
-        unlisted = sorted(set(spec.env) - set(repository.env))
-        if unlisted:
-            raise SandboxRefused(
-                f"the repository's registration does not allow the variables {unlisted}",
-                field="env",
-                names=unlisted,
-            )
-        limits, over = spec.limits.within(self.max_limits)
-        if over:
-            raise SandboxRefused(
-                f"limits above the gateway's maximum: {over}",
-                field="limits",
-                names=over,
-                maximum=self.max_limits.model_dump(),
-            )
-        return repository, limits
+        return check(spec, self.repositories, self.max_limits)
 
     def _require_host(self) -> None:
         reason = host_unready()
@@ -284,9 +293,9 @@ class LocalProvider(SandboxProvider):
         self._live[sandbox_id] = handle
         try:
             checkout = await asyncio.to_thread(self._prepare, handle)
-            handle.meter = asyncio.ensure_future(self._meter(handle))
             await self._start(handle)
             await self._until_healthy(handle)
+            enforced, not_enforced = await asyncio.to_thread(read_back, handle, limits)
         except BaseException:
             await self._destroy(handle)
             raise
@@ -303,8 +312,11 @@ class LocalProvider(SandboxProvider):
             enforcement=[
                 "rlimit",
                 *(["cgroup2"] if handle.cgroup is not None else []),
-                *([seccomp.ENFORCER] if self.seccomp is not None else []),
+                *([seccomp.ENFORCER] if enforced["refused_calls"] else []),
+                "tmpfs",
             ],
+            enforced=enforced,
+            not_enforced=not_enforced,
             origin=handle.origin,
             binding=binding,
             started_at=time.time(),
@@ -335,13 +347,23 @@ class LocalProvider(SandboxProvider):
             max_bytes=self.checkout_max_bytes,
             max_files=self.checkout_max_files,
         )
-        handle.data.mkdir(mode=0o700)
-        os.chown(handle.data, handle.uid, handle.uid)
-        sized = self.tmpfs_size if self.tmpfs_size is not None else tmpfs_size_supported()
-        if not sized:
-            handle.tmp.mkdir(mode=0o700)
-            os.chown(handle.tmp, handle.uid, handle.uid)
-            handle.tmp_on_disk = True
+        # Sized by the kernel, not metered: what an app holds open after unlinking it, and
+        # folders at any depth, count as much as what a walk would see.
+        for name, folder, size in (
+            ("data", handle.data, self.data_max_bytes),
+            ("tmp", handle.tmp, self.tmp_max_bytes),
+        ):
+            folder.mkdir(mode=0o700)
+            try:
+                handle.sized[name] = mounts.mount_tmpfs(
+                    folder, size=size, entries=self.data_max_entries, uid=handle.uid
+                )
+            except OSError as exc:
+                # Never a folder without a size instead: the budget would be a claim.
+                raise SandboxError(
+                    f"the sandbox's {name} cannot be given its size: {exc}"
+                ) from None
+            handle.mounted.append(folder)
         listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         listener.bind(str(handle.socket_path))
         listener.listen(128)
@@ -400,14 +422,13 @@ class LocalProvider(SandboxProvider):
                     read_only=self._read_only(handle.repository),
                     info_fd=info_write,
                     seccomp_fd=seccomp_fd,
-                    tmp_size=self.tmp_max_bytes,
-                    tmp=handle.tmp if handle.tmp_on_disk else None,
+                    tmp=handle.tmp,
                 )
                 argv = command_line(plan)
                 if handle.cgroup is not None:
                     argv = [*CgroupParent.enter_prefix(handle.cgroup), *argv]
                 # The previous jail's namespace (a restart) says nothing of this one.
-                handle.pid_namespace = None
+                handle.release_namespace()
                 spawn = asyncio.ensure_future(
                     asyncio.create_subprocess_exec(
                         *argv,
@@ -442,17 +463,12 @@ class LocalProvider(SandboxProvider):
                 details={"exit_code": code, "log": handle.log_tail()[-500:]},
             )
         with contextlib.suppress(OSError):
-            handle.pid_namespace = os.stat(PROC / str(child) / "ns" / "pid").st_ino
+            handle.hold_namespace(child)
 
     async def _until_healthy(self, handle: LocalSandbox) -> None:
         deadline = time.monotonic() + handle.repository.ready_timeout_s
         while True:
             process = handle.process
-            if handle.over_budget is not None:
-                raise Unhealthy(
-                    "the app was stopped: " + str(handle.over_budget["error"]),
-                    details={**handle.over_budget, "log": handle.log_tail()[-500:]},
-                )
             if process is not None and process.returncode is not None:
                 raise Unhealthy(
                     f"the app exited ({process.returncode}) before it was healthy",
@@ -471,24 +487,9 @@ class LocalProvider(SandboxProvider):
 
     async def _probe(self, handle: LocalSandbox) -> int | None:
         """The status the app answers its health path with now; None if no answer."""
-        writer: asyncio.StreamWriter | None = None
-        try:
-            async with asyncio.timeout(PROBE_TIMEOUT_S):
-                reader, writer = await handle.open_connection()
-                host = urlsplit(handle.origin).netloc
-                writer.write(
-                    f"GET {handle.repository.health_path} HTTP/1.1\r\nHost: {host}\r\n"
-                    "Connection: close\r\n\r\n".encode()
-                )
-                await writer.drain()
-                line = await reader.readline()
-            parts = line.split()
-            return int(parts[1]) if len(parts) >= 2 and parts[1].isdigit() else None
-        except (OSError, TimeoutError, ValueError):
-            return None
-        finally:
-            if writer is not None:
-                writer.close()
+        return await probe.status(
+            handle.open_connection, handle.origin, handle.repository.health_path
+        )
 
     async def health(self, handle: SandboxHandle) -> Health:
         assert isinstance(handle, LocalSandbox)
@@ -508,14 +509,6 @@ class LocalProvider(SandboxProvider):
                 return
             await self._kill(handle)
             died = {"exit_code": code, "log": handle.log_tail()[-500:]}
-            if handle.over_budget is not None:
-                # Started again it would find the same data: it stays down.
-                self.changed(
-                    handle,
-                    SandboxState.DOWN,
-                    {**died, **handle.over_budget, "restarts": handle.restarts},
-                )
-                return
             if handle.restarts >= 1:
                 self.changed(handle, SandboxState.DOWN, {**died, "restarts": handle.restarts})
                 return
@@ -529,55 +522,12 @@ class LocalProvider(SandboxProvider):
                 self.changed(
                     handle,
                     SandboxState.DOWN,
-                    {
-                        **(handle.over_budget or {}),
-                        "error": exc.message,
-                        "restarts": handle.restarts,
-                    },
+                    {"error": exc.message, "restarts": handle.restarts},
                 )
                 return
             if handle.torn_down():
                 return
             self.changed(handle, SandboxState.HEALTHY, {"restarts": handle.restarts})
-
-    # -- the disk budget ------------------------------------------------------------------
-
-    def _disk_folders(self, handle: LocalSandbox) -> list[Path]:
-        return [handle.data, *([handle.tmp] if handle.tmp_on_disk else [])]
-
-    async def _meter(self, handle: LocalSandbox) -> None:
-        """Every `disk_check_interval_s`: the sandbox's files on disk against its budget;
-        past it, the app is stopped (the watcher then records it down, not restarted)."""
-        while not handle.torn_down():
-            await asyncio.sleep(self.disk_check_interval_s)
-            used, entries = await asyncio.to_thread(
-                disk_usage,
-                self._disk_folders(handle),
-                self.data_max_bytes,
-                self.data_max_entries,
-            )
-            if used <= self.data_max_bytes and entries <= self.data_max_entries:
-                continue
-            if handle.torn_down():
-                return
-            handle.over_budget = {
-                "limit": "data_bytes" if used > self.data_max_bytes else "data_entries",
-                "error": (
-                    f"its data on disk went over its budget ({self.data_max_bytes} bytes, "
-                    f"{self.data_max_entries} entries: counted at least {used} bytes, "
-                    f"{entries} entries)"
-                ),
-                "data_bytes": used,
-                "data_entries": entries,
-                "data_max_bytes": self.data_max_bytes,
-                "data_max_entries": self.data_max_entries,
-            }
-            log.warning("sandbox %s: %s", handle.sandbox_id, handle.over_budget["error"])
-            process = handle.process
-            if process is not None and process.returncode is None:
-                with contextlib.suppress(ProcessLookupError):
-                    process.kill()
-            return
 
     # -- teardown ---------------------------------------------------------------------------
 
@@ -606,12 +556,12 @@ class LocalProvider(SandboxProvider):
 
     async def _stop_tasks(self, handle: LocalSandbox) -> None:
         current = asyncio.current_task()
-        for task in (handle.watcher, handle.meter):
-            if task is not None and task is not current:
-                task.cancel()
-                with contextlib.suppress(asyncio.CancelledError, Exception):
-                    await task
-        handle.watcher = handle.meter = None
+        task = handle.watcher
+        if task is not None and task is not current:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        handle.watcher = None
 
     async def _kill(self, handle: LocalSandbox) -> int:
         """Kill every process of the sandbox; returns how many are still there after."""
@@ -629,6 +579,9 @@ class LocalProvider(SandboxProvider):
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(process.wait(), 0.1)
             elif not found:
+                # Nothing is left in it: from now on the sandbox is its uid alone, and the
+                # namespace's number is the kernel's to give again.
+                handle.release_namespace()
                 return 0
             if time.monotonic() >= deadline:
                 return len(sandbox_processes(handle.uid, handle.pid_namespace))
@@ -646,7 +599,11 @@ class LocalProvider(SandboxProvider):
             handle.listener = None
         if handle.cgroup is not None:
             CgroupParent.remove(handle.cgroup)
-        await asyncio.to_thread(shutil.rmtree, handle.folder, True)
+        handle.release_namespace()
+        try:
+            await asyncio.to_thread(_remove, handle)
+        except Exception:  # the slot is freed regardless: its folder's name is never reused
+            log.exception("sandbox %s: its folder could not be removed", handle.sandbox_id)
         self._live.pop(handle.sandbox_id, None)
         if left == 0:
             self._free_slots.append(handle.slot)
@@ -657,6 +614,18 @@ class LocalProvider(SandboxProvider):
                 left,
                 handle.uid,
             )
+
+
+def _remove(handle: LocalSandbox) -> None:
+    """Unmount the sandbox's filesystems (their memory goes with them, whatever they
+    hold), then remove its folder."""
+    while handle.mounted:
+        point = handle.mounted.pop()
+        try:
+            mounts.unmount(point)
+        except OSError as exc:
+            log.error("sandbox %s: %s", handle.sandbox_id, exc)
+    tree.remove(handle.folder)
 
 
 def host_unready() -> str | None:
@@ -770,79 +739,48 @@ async def _settled(task: asyncio.Future[T]) -> T:
 
 
 _READ_NOFOLLOW = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
-_DIR_NOFOLLOW = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-
-
-def _fwalk(top: Path) -> Generator[tuple[str, list[str], list[str], int]]:
-    """`os.fwalk` that never follows a link (it compares what it opens with what it
-    looked at), typed as the generator it is: closed early, its descriptors are too."""
-    return cast(
-        Generator[tuple[str, list[str], list[str], int]], os.fwalk(top, follow_symlinks=False)
-    )
-
-
-def disk_usage(folders: list[Path], max_bytes: int, max_entries: int) -> tuple[int, int]:
-    """Allocated bytes and entries below `folders` (the app's own: never following a link,
-    each folder opened relative to its parent, so swapping one for a link mid-count leads
-    nowhere else). Stops counting once past either maximum."""
-    used = entries = 0
-    for top in folders:
-        try:
-            walk = _fwalk(top)
-            for _path, dirs, files, dir_fd in walk:
-                for name in [*dirs, *files]:
-                    entries += 1
-                    with contextlib.suppress(OSError):
-                        info = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
-                        # Allocated blocks: what fills the disk (a sparse file's holes
-                        # do not, its st_size would count them).
-                        used += info.st_blocks * 512
-                if used > max_bytes or entries > max_entries:
-                    walk.close()
-                    return used, entries
-        except OSError:
-            continue
-    return used, entries
 
 
 def _archive(folder: Path, max_bytes: int) -> tuple[bytes | None, str | None]:
     """The folder as a gzipped tar: links kept as links, never followed; only regular
     files read, each opened with O_NOFOLLOW relative to its folder's descriptor (opened
-    so too), and what is read is what was looked at (the same inode)."""
-    members: list[tuple[str, str, os.stat_result, int]] = []  # (arcname, name, stat, dir fd)
+    so too), and what is read is what was looked at (the same inode). Folders deeper than
+    `ARCHIVE_MAX_DEPTH` are left out (`tree.walk`: the app chose the depth)."""
+    members: list[tuple[str, str, os.stat_result]] = []  # (arcname, name, stat)
     size = 0
     skipped: list[str] = []
+    outcome = tree.Walk()
     buffer = io.BytesIO()
-    walk = _fwalk(folder)
-    try:
-        with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
-            for path, dirs, files, dir_fd in walk:
-                rel = os.path.relpath(path, folder)
-                base = "data" if rel == "." else f"data/{rel}"
-                if rel == ".":
-                    tar.addfile(_tarinfo("data", os.fstat(dir_fd)))
-                for name in [*dirs, *files]:
-                    try:
-                        info = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
-                    except OSError:
-                        continue
-                    members.append((f"{base}/{name}", name, info, dir_fd))
-                    if stat.S_ISREG(info.st_mode):
-                        size += info.st_size
-                if size > max_bytes:
-                    return None, (
-                        f"the data folder holds more than {max_bytes} bytes, the most kept"
-                    )
-                for arcname, name, info, fd in members:
-                    if not _add(tar, arcname, name, info, fd):
-                        skipped.append(arcname)
-                members.clear()
-    finally:
-        walk.close()
-    note = None
+    with (
+        contextlib.closing(tree.walk(folder, ARCHIVE_MAX_DEPTH, outcome)) as walk,
+        tarfile.open(fileobj=buffer, mode="w:gz") as tar,
+    ):
+        for entry in walk:
+            base = f"data/{entry.path}" if entry.path else "data"
+            if not entry.path:
+                tar.addfile(_tarinfo("data", os.fstat(entry.fd)))
+            for name in [*entry.dirs, *entry.files]:
+                try:
+                    info = os.stat(name, dir_fd=entry.fd, follow_symlinks=False)
+                except OSError:
+                    continue
+                members.append((f"{base}/{name}", name, info))
+                if stat.S_ISREG(info.st_mode):
+                    size += info.st_size
+            if size > max_bytes:
+                return None, f"the data folder holds more than {max_bytes} bytes, the most kept"
+            for arcname, name, info in members:
+                if not _add(tar, arcname, name, info, entry.fd):
+                    skipped.append(arcname)
+            members.clear()
+    notes = []
     if skipped:
-        note = f"entries that changed while archived were left out: {skipped[:20]}"
-    return buffer.getvalue(), note
+        notes.append(f"entries that changed while archived were left out: {skipped[:20]}")
+    if outcome.too_deep:
+        notes.append(
+            f"folders deeper than {ARCHIVE_MAX_DEPTH} were left out: {outcome.too_deep[:5]}"
+        )
+    return buffer.getvalue(), "; ".join(notes) or None
 
 
 def _tarinfo(arcname: str, info: os.stat_result) -> tarfile.TarInfo:
@@ -892,7 +830,6 @@ __all__ = [
     "APP_DIR",
     "LocalProvider",
     "LocalSandbox",
-    "disk_usage",
     "host_unready",
     "reap_uids",
     "sandbox_processes",

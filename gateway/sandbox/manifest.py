@@ -2,7 +2,9 @@
 
 Written as the task's evidence (kind `sandbox-manifest/v1`) once the task is stored, and
 shown under `sandbox.manifest` in `GET /v1/tasks/{id}`. It names the environment's
-variables, never their values.
+variables, never their values. `enforced` is what the kernel was found holding the running
+sandbox to (`enforcement.py`, read back, never assumed from what was asked), and
+`not_enforced` says in words what nothing on this host holds.
 """
 
 from __future__ import annotations
@@ -31,6 +33,8 @@ def build(
     binding: Binding,
     started_at: float,
     user: int | None,
+    enforced: dict[str, Any] | None = None,
+    not_enforced: list[str] | None = None,
 ) -> dict[str, Any]:
     return {
         "kind": KIND,
@@ -44,6 +48,8 @@ def build(
         "env": sorted(spec.env),
         "limits": limits.model_dump(),
         "enforced_by": enforcement,
+        "enforced": enforced or {},
+        "not_enforced": not_enforced or [],
         "started_at": datetime.fromtimestamp(started_at, UTC).isoformat(),
         "origin": origin,
         "user": user,

@@ -1,4 +1,5 @@
-"""The system-call filter of a local sandbox: no new user namespaces.
+"""The system-call filter of a local sandbox: no new user namespaces, and no kernel
+interface an app serving HTTP has no need for.
 
 An unprivileged process may create a user namespace of its own on most Linux systems, and
 inside it holds every capability over what that namespace owns: it can mount, make
@@ -12,6 +13,19 @@ installs (`--seccomp FD`) before the app's first instruction:
   the C library falls back to `clone` (so threads and processes still start);
 - a system call of another ABI (32-bit `int 0x80`, x32), whose numbers differ, fails with
   `ENOSYS`: a way around the first two rules otherwise;
+- the calls in `REFUSED` fail with `ENOSYS`, as on a kernel built without them (programs
+  that can do without them check for that answer and fall back):
+  - `io_uring_*`, `perf_event_open`, `userfaultfd`: large kernel surfaces that have held
+    many of its privilege escalations, which a web app never needs;
+  - `memfd_create`, `memfd_secret`, `shmget`, `msgget`, `semget`: memory no
+    address-space limit counts (a memfd written, not mapped; a System V segment, message
+    queue or semaphore set outlives every process that used it, and the kernel's default
+    limits for a new IPC namespace let one app hold gigabytes of them). Without a
+    delegated cgroup nothing else bounds them;
+  - `keyctl`, `add_key`, `request_key`: the kernel keyrings are the uid's, not the
+    sandbox's, and a uid is handed to the next sandbox once this one is gone: refused,
+    no sandbox stores a key a later one could read;
+  - `pidfd_open`, `pidfd_getfd`: a handle on a process, and a copy of its descriptors;
 - everything else is allowed.
 
 The filter is classic BPF, assembled here for the architectures listed in `_ARCHES`; on
@@ -45,19 +59,83 @@ _RET_ERRNO = 0x00050000
 _NR, _ARCH, _ARG0_LOW = 0, 4, 16
 
 
+# The calls refused outright (module docstring: why), as the manifest names them: kernel
+# surfaces no app needs, refused by every provider, and memory no limit of this jail
+# counts (a provider whose sandbox has a memory cgroup of its own counts it there instead).
+KERNEL_SURFACES = (
+    "add_key",
+    "io_uring_enter",
+    "io_uring_register",
+    "io_uring_setup",
+    "keyctl",
+    "perf_event_open",
+    "pidfd_getfd",
+    "pidfd_open",
+    "request_key",
+    "userfaultfd",
+)
+UNCOUNTED_MEMORY = ("memfd_create", "memfd_secret", "msgget", "semget", "shmget")
+REFUSED = tuple(sorted(KERNEL_SURFACES + UNCOUNTED_MEMORY))
+# Numbered alike on both architectures below (the newer, shared table).
+_SHARED = {
+    "io_uring_setup": 425,
+    "io_uring_enter": 426,
+    "io_uring_register": 427,
+    "pidfd_open": 434,
+    "pidfd_getfd": 438,
+    "memfd_secret": 447,
+}
+
+
 @dataclass(frozen=True)
 class _Arch:
     audit: int  # AUDIT_ARCH_* of the native ABI
     unshare: int
     clone: int
     clone3: int
+    refused: dict[str, int]
     # Numbers at or above this are another ABI sharing the native one's tag (x32), or None.
     foreign_from: int | None = None
 
 
 _ARCHES = {
-    "x86_64": _Arch(0xC000003E, unshare=272, clone=56, clone3=435, foreign_from=0x40000000),
-    "aarch64": _Arch(0xC00000B7, unshare=97, clone=220, clone3=435),
+    "x86_64": _Arch(
+        0xC000003E,
+        unshare=272,
+        clone=56,
+        clone3=435,
+        refused={
+            **_SHARED,
+            "perf_event_open": 298,
+            "userfaultfd": 323,
+            "keyctl": 250,
+            "add_key": 248,
+            "request_key": 249,
+            "memfd_create": 319,
+            "shmget": 29,
+            "msgget": 68,
+            "semget": 64,
+        },
+        foreign_from=0x40000000,
+    ),
+    "aarch64": _Arch(
+        0xC00000B7,
+        unshare=97,
+        clone=220,
+        clone3=435,
+        refused={
+            **_SHARED,
+            "perf_event_open": 241,
+            "userfaultfd": 282,
+            "keyctl": 219,
+            "add_key": 217,
+            "request_key": 218,
+            "memfd_create": 279,
+            "shmget": 194,
+            "msgget": 186,
+            "semget": 190,
+        },
+    ),
 }
 
 
@@ -75,9 +153,9 @@ def _assemble(arch: _Arch) -> bytes:
     ]
     if arch.foreign_from is not None:
         program += [_op(_JGE_K, arch.foreign_from, jf=1), _op(_RET_K, enosys)]
+    for number in (arch.clone3, *sorted(arch.refused.values())):
+        program += [_op(_JEQ_K, number, jf=1), _op(_RET_K, enosys)]
     program += [
-        _op(_JEQ_K, arch.clone3, jf=1),
-        _op(_RET_K, enosys),
         _op(_JEQ_K, arch.unshare, jt=1),
         _op(_JEQ_K, arch.clone, jf=3),
         # unshare or clone: look at the flags

@@ -3,16 +3,16 @@
 Standard library only. It serves HTTP on the listening socket it is handed as standard
 input (`SANDBOX_LISTEN_FD`), and each path is one attempt whose outcome it reports as
 JSON: `/connect?port=`, `/resolve?name=`, `/write?path=`, `/read?path=`, `/list?path=`,
-`/fork?n=`, `/alloc?mb=`, `/memfd?mb=`, `/shm?mb=`, `/hold?path=&mb=`, `/bigfile?mb=`,
-`/fill?path=&mb=`, `/userns?how=`, `/spawn`, `/spin`, `/exit`, `/env`, `/whoami`,
-`/version`, `/healthz`. The tests commit this file into a throwaway repository.
+`/fork?n=`, `/alloc?mb=`, `/bigfile?mb=`, `/fill?path=&mb=`, `/deep?n=&mb=`,
+`/hold?n=&mb=`, `/shm?mb=`, `/memfd?mb=`, `/sem?sets=`, `/syscall?name=`, `/key?do=`,
+`/userns?how=`, `/spawn`, `/spin`, `/exit`, `/env`, `/whoami`, `/version`, `/healthz`. The
+tests commit this file into a throwaway repository.
 """
 
 from __future__ import annotations
 
 import ctypes
 import json
-import mmap
 import os
 import socket
 import subprocess
@@ -157,46 +157,209 @@ def fill(path: str, mb: str) -> str:
     return "written"
 
 
-def memfd(mb: str) -> int:
-    """Memory no address-space limit counts: a memfd, every page of it touched."""
-    size = int(mb) * 1024 * 1024
-    fd = os.memfd_create("probe")
-    os.ftruncate(fd, size)
-    with mmap.mmap(fd, size) as pages:
-        for offset in range(0, size, mmap.PAGESIZE):
-            pages[offset] = 1
-    HELD.append(fd)  # held past the request, as an attacker would
-    return size
+def deep(n: str, mb: str) -> dict[str, Any]:
+    """A chain of `n` folders below /data, then `mb` MiB written at its bottom."""
+    os.chdir(os.environ["SANDBOX_DATA"])
+    try:
+        for _ in range(int(n)):
+            os.mkdir("d")
+            os.chdir("d")
+        written = 0
+        try:
+            fill("f", mb)
+            written = int(mb)
+        except OSError as exc:
+            return {"depth": int(n), "stopped_by": str(exc)}
+        return {"depth": int(n), "written_mb": written}
+    finally:
+        os.chdir("/app")
 
 
-def shm(mb: str) -> int:
-    """SysV shared memory, attached and touched (it outlives the process that made it)."""
+HELD: list[Any] = []
+
+
+def hold(n: str, mb: str) -> dict[str, Any]:
+    """`n` files of `mb` MiB in /data, each unlinked at once and held open: no walk of the
+    folder sees them."""
+    chunk = b"x" * (1024 * 1024)
+    held = 0
+    try:
+        for i in range(int(n)):
+            path = os.path.join(os.environ["SANDBOX_DATA"], f"held-{i}")
+            fh = open(path, "wb")  # noqa: SIM115 - held on purpose
+            os.unlink(path)
+            HELD.append(fh)
+            for _ in range(int(mb)):
+                fh.write(chunk)
+                fh.flush()
+                held += 1
+    except OSError as exc:
+        return {"held_mb": held, "stopped_by": str(exc)}
+    return {"held_mb": held}
+
+
+SEGMENT_MB = 16
+
+
+def shm(mb: str) -> dict[str, Any]:
+    """`mb` MiB of SysV shared memory in segments of `SEGMENT_MB`, each filled, detached and
+    left behind: a segment stays until removed, attached by no process (so no address
+    space counts it)."""
     libc = ctypes.CDLL(None, use_errno=True)
     libc.shmat.restype = ctypes.c_void_p
-    size = int(mb) * 1024 * 1024
-    ipc_private, ipc_creat = 0, 0o1000
-    segment = libc.shmget(ipc_private, ctypes.c_size_t(size), ipc_creat | 0o600)
-    if segment < 0:
-        raise OSError(ctypes.get_errno(), os.strerror(ctypes.get_errno()))
-    address = libc.shmat(segment, None, 0)
-    if address in (None, ctypes.c_void_p(-1).value):
-        raise OSError(ctypes.get_errno(), os.strerror(ctypes.get_errno()))
-    ctypes.memset(address, 1, size)
-    return size
+    libc.shmat.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_int]
+    libc.shmdt.argtypes = [ctypes.c_void_p]
+    size = SEGMENT_MB * 1024 * 1024
+    held = 0
+    for _ in range(int(mb) // SEGMENT_MB):
+        segment = libc.shmget(0, ctypes.c_size_t(size), 0o1600)  # IPC_PRIVATE, IPC_CREAT
+        if segment < 0:
+            code = ctypes.get_errno()
+            return {"held_mb": held, "stopped_by": os.strerror(code), "errno": code}
+        address = libc.shmat(segment, None, 0)
+        if address is None or address == ctypes.c_void_p(-1).value:
+            code = ctypes.get_errno()
+            return {"held_mb": held, "stopped_by": os.strerror(code), "errno": code}
+        ctypes.memset(address, 1, size)
+        libc.shmdt(address)
+        held += SEGMENT_MB
+    return {"held_mb": held}
 
 
-def hold(path: str, mb: str) -> str:
-    """A file written, unlinked and kept open: no walk of the folder sees it."""
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
-    os.unlink(path)
+def memfd(mb: str) -> dict[str, Any]:
+    """`mb` MiB in memfds of `SEGMENT_MB`, written (never mapped: no address space counts
+    them) and held open."""
     chunk = b"x" * (1024 * 1024)
-    for _ in range(int(mb)):
-        os.write(fd, chunk)
-    HELD.append(fd)
-    return "held"
+    held = 0
+    for _ in range(int(mb) // SEGMENT_MB):
+        try:
+            fd = os.memfd_create("held")
+            HELD.append(fd)
+            for _ in range(SEGMENT_MB):
+                os.write(fd, chunk)
+                held += 1
+        except OSError as exc:
+            return {"held_mb": held, "stopped_by": str(exc), "errno": exc.errno}
+    return {"held_mb": held}
 
 
-HELD: list[int] = []
+def available_kib() -> int:
+    with open("/proc/meminfo") as fh:  # the machine's, not the namespace's
+        for line in fh:
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1])
+    return 0
+
+
+def sem(sets: str) -> dict[str, Any]:
+    """`sets` System V semaphore sets of the most semaphores a set may hold: kernel memory
+    that outlives every process and that no address space counts."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    before = available_kib()
+    made = 0
+    for _ in range(int(sets)):
+        if libc.semget(0, 32000, 0o1600) < 0:  # IPC_PRIVATE, IPC_CREAT
+            code = ctypes.get_errno()
+            return {"sets": made, "errno": code, "stopped_by": os.strerror(code)}
+        made += 1
+    return {"sets": made, "host_mib_taken": (before - available_kib()) // 1024}
+
+
+# x86-64 and arm64 numbers of the calls an app has no need for.
+SYSCALLS = {
+    "x86_64": {
+        "io_uring_setup": 425,
+        "perf_event_open": 298,
+        "userfaultfd": 323,
+        "keyctl": 250,
+        "add_key": 248,
+        "request_key": 249,
+        "pidfd_open": 434,
+        "memfd_create": 319,
+        "shmget": 29,
+        "msgget": 68,
+        "semget": 64,
+    },
+    "aarch64": {
+        "io_uring_setup": 425,
+        "perf_event_open": 241,
+        "userfaultfd": 282,
+        "keyctl": 219,
+        "add_key": 217,
+        "request_key": 218,
+        "pidfd_open": 434,
+        "memfd_create": 279,
+        "shmget": 194,
+        "msgget": 186,
+        "semget": 190,
+    },
+}
+
+
+def syscall(name: str) -> str:
+    """Call `name` with arguments that make it do something small and harmless when it is
+    allowed; its errno when refused."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.syscall.restype = ctypes.c_long
+    number = SYSCALLS[os.uname().machine][name]
+    if name == "io_uring_setup":
+        params = ctypes.create_string_buffer(120)
+        args: tuple[Any, ...] = (1, params)
+    elif name == "perf_event_open":
+        raw = bytearray(128)
+        # PERF_TYPE_SOFTWARE (1), PERF_COUNT_SW_CPU_CLOCK (0), the struct's size; this
+        # process, any CPU; exclude_kernel (bit 5): no paranoia level refuses it for that.
+        raw[0:4] = (1).to_bytes(4, "little")
+        raw[4:8] = (128).to_bytes(4, "little")
+        raw[40:48] = (1 << 5).to_bytes(8, "little")
+        attr = ctypes.create_string_buffer(bytes(raw), 128)
+        args = (attr, 0, -1, -1, 0)
+    elif name == "userfaultfd":
+        args = (1,)  # UFFD_USER_MODE_ONLY: allowed to anyone by the kernel itself
+    elif name == "keyctl":
+        args = (0, -4, 1)  # KEYCTL_GET_KEYRING_ID of the user keyring, creating it
+    elif name == "add_key":
+        args = (b"user", b"probe", b"secret", 6, -4)
+    elif name == "request_key":
+        args = (b"user", b"probe", None, 0)
+    elif name == "pidfd_open":
+        args = (os.getpid(), 0)
+    elif name == "memfd_create":
+        args = (b"probe", 0)
+    elif name == "shmget":
+        args = (0, 4096, 0o1600)
+    elif name == "semget":
+        args = (0, 1, 0o1600)
+    else:
+        args = (0, 0o1600)
+    result = libc.syscall(number, *args)
+    if result < 0:
+        code = ctypes.get_errno()
+        raise OSError(code, os.strerror(code))
+    return "allowed"
+
+
+def key(do: str) -> str:
+    """Store a key in this user's keyring (`store`), or read one stored there (`read`)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.syscall.restype = ctypes.c_long
+    numbers = SYSCALLS[os.uname().machine]
+    if do == "store":
+        result = libc.syscall(numbers["add_key"], b"user", b"left", b"org-a-secret", 12, -4)
+        if result < 0:
+            code = ctypes.get_errno()
+            raise OSError(code, os.strerror(code))
+        return "stored"
+    found = libc.syscall(numbers["request_key"], b"user", b"left", None, 0)
+    if found < 0:
+        code = ctypes.get_errno()
+        raise OSError(code, os.strerror(code))
+    buffer = ctypes.create_string_buffer(64)
+    size = libc.syscall(numbers["keyctl"], 11, found, buffer, 64)  # KEYCTL_READ
+    if size < 0:
+        code = ctypes.get_errno()
+        raise OSError(code, os.strerror(code))
+    return buffer.raw[:size].decode()
 
 
 def spin() -> NoReturn:
@@ -233,12 +396,20 @@ class Handler(BaseHTTPRequestHandler):
             body = attempt(lambda: bigfile(q["mb"]))
         elif route == "/fill":
             body = attempt(lambda: fill(q["path"], q["mb"]))
-        elif route == "/memfd":
-            body = attempt(lambda: memfd(q["mb"]))
+        elif route == "/deep":
+            body = attempt(lambda: deep(q["n"], q.get("mb", "0")))
+        elif route == "/hold":
+            body = attempt(lambda: hold(q["n"], q["mb"]))
         elif route == "/shm":
             body = attempt(lambda: shm(q["mb"]))
-        elif route == "/hold":
-            body = attempt(lambda: hold(q["path"], q["mb"]))
+        elif route == "/memfd":
+            body = attempt(lambda: memfd(q["mb"]))
+        elif route == "/sem":
+            body = attempt(lambda: sem(q["sets"]))
+        elif route == "/syscall":
+            body = attempt(lambda: syscall(q["name"]))
+        elif route == "/key":
+            body = attempt(lambda: key(q["do"]))
         elif route == "/userns":
             body = attempt(lambda: user_namespace(q["how"]))
         elif route == "/spawn":

@@ -84,3 +84,10 @@ def test_an_architecture_without_known_numbers_gets_no_filter() -> None:
     for machine in ("x86_64", "aarch64"):
         program = seccomp.no_user_namespaces(machine)
         assert program is not None and len(program) % 8 == 0
+
+
+def test_each_architecture_refuses_the_same_calls() -> None:
+    # One list of what is refused, numbered per architecture: none forgotten on one.
+    for arch in seccomp._ARCHES.values():
+        assert sorted(arch.refused) == sorted(seccomp.REFUSED)
+        assert len(set(arch.refused.values())) == len(seccomp.REFUSED)
