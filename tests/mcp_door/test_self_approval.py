@@ -139,3 +139,40 @@ def _mcp() -> Any:
     from gateway.results import Door
 
     return Door.MCP
+
+
+async def test_beyond_the_grant_the_client_gets_a_link_whose_reply_decides_nothing(
+    door: DoorLive,
+) -> None:
+    policy = {**BEYOND, "channels": ["tab", "elicitation", "control"], "timeout_s": 20}
+    task = await door.live.create_task(scopes=["ui"], approvals=policy)
+    seen: list[Any] = []
+    linked = asyncio.Event()
+
+    async def callback(_ctx: Any, params: Any) -> types.ElicitResult:
+        seen.append(params)
+        linked.set()
+        # "accept" of a link: it was opened. Content is ignored for URL mode, but an
+        # attacker sends it anyway.
+        return types.ElicitResult(action="accept", content={"decision": "approve for this task"})
+
+    gw = door.live.gateway
+    async with door.client(
+        task["tokens"]["agent"], mode="legacy", elicitation_callback=callback
+    ) as client:
+        call = asyncio.ensure_future(client.call_tool("test_secret", {}))
+        pending = await _pending(door, task["task_id"])
+        await asyncio.wait_for(linked.wait(), 10)
+        [asked] = seen
+        assert asked.mode == "url"
+        assert asked.url == "http://127.0.0.1:9"
+        assert asked.elicitation_id == pending.id
+        assert "test.secret" in asked.message
+        await asyncio.sleep(0.2)  # the reply has been handled: still nobody decided
+        assert gw.approvals.find(pending.id) is not None
+        ident = await gw.tasks.authenticate(task["tokens"]["agent"], Purpose.AGENT)
+        await gw.approvals.decide(ident, pending.id, Decision("approve", "call", "root", "admin"))
+        result = await call
+    assert not result.is_error, result
+    [approval] = await gw.approvals.listing(task["task_id"])
+    assert approval["decision"]["channel"] == "control"
