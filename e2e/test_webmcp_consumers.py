@@ -5,11 +5,14 @@ coding agent launches it, over stdio, with the system's Chromium and its WebMCP 
 (a `--config` file's `launchOptions.args`). It signs in, presses "Open assistant", and then
 lists the tools the dashboard's tab registered through WebMCP (as `webmcp_*` tools of its
 own) and calls them; the calls reach the gateway by its WebMCP door and are recorded so.
+chrome-devtools-mcp (pinned the same way) does the same with `list_webmcp_tools` and
+`execute_webmcp_tool`, behind its `--categoryExperimentalWebmcp` flag.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import re
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -29,6 +32,7 @@ from tests.clients.npm import NODE_22, NODE_MODULES, ensure_installed
 pytestmark = [pytest.mark.browser, pytest.mark.asyncio(loop_scope="session")]
 
 PLAYWRIGHT_MCP = NODE_MODULES / "@playwright" / "mcp" / "cli.js"
+CHROME_DEVTOOLS_MCP = NODE_MODULES / "chrome-devtools-mcp" / "build" / "src" / "bin"
 # The gateway's tools a signed-in admin's assistant task registers in the page: the
 # dashboard's own six, the task browser's seven and the five UI actions.
 DASHBOARD_TOOLS = 18
@@ -82,7 +86,8 @@ async def webmcp_tools(client: Client, at_least: int) -> dict[str, Any]:
     tools: dict[str, Any] = {}
     for _ in range(50):
         await client.call_tool("browser_snapshot", {})
-        tools = {t.name: t for t in (await client.list_tools()).tools if t.name.startswith("webmcp_")}
+        listed = (await client.list_tools()).tools
+        tools = {t.name: t for t in listed if t.name.startswith("webmcp_")}
         if len(tools) >= at_least:
             break
     return tools
@@ -131,12 +136,74 @@ async def test_playwright_mcp_lists_and_calls_the_dashboards_tools_through_webmc
         waited = await client.call_tool("browser_wait_for", {"text": "Runs"})
         assert not waited.is_error
 
+    calls = await recorded_calls(example)
+    assert ("dashboard.read_view", "webmcp", "succeeded") in calls
+    assert ("ui.open_view", "webmcp", "succeeded") in calls
+
+
+async def recorded_calls(example: ExampleStack) -> list[tuple[str, str, str]]:
     control = example.dashboard.control
     assert control is not None
     task = control.latest_for_user("ada")
     assert task is not None
     identity = await example.gateway.tasks.authenticate(task.agent_token, Purpose.AGENT)
     records = await example.gateway.store.evidence_for(identity.org_id, identity.task_id)
-    calls = [(r["tool"], r["door"], r["status"]) for r in records if r["kind"] == "call"]
-    assert ("dashboard.read_view", "webmcp", "succeeded") in calls
-    assert ("ui.open_view", "webmcp", "succeeded") in calls
+    return [(r["tool"], r["door"], r["status"]) for r in records if r["kind"] == "call"]
+
+
+def uid_of(snapshot: str, label: str) -> str:
+    found = re.search(rf'uid=(\S+) button "{re.escape(label)}"', snapshot)
+    assert found is not None, f"no {label!r} in the page:\n{snapshot[-2000:]}"
+    return found.group(1)
+
+
+async def test_chrome_devtools_mcp_lists_and_calls_the_dashboards_tools_through_webmcp(
+    example: ExampleStack, tmp_path: Path
+) -> None:
+    ensure_installed()
+    server = StdioServerParameters(
+        command=str(NODE_22),
+        args=[
+            str(CHROME_DEVTOOLS_MCP / "chrome-devtools-mcp.js"),
+            "--headless",
+            "--isolated",
+            f"--executablePath={find_chromium()}",
+            "--chromeArg=--no-sandbox",
+            "--chromeArg=--enable-features=WebMCP",
+            "--categoryExperimentalWebmcp",
+            "--usageStatistics=false",
+        ],
+        cwd=str(tmp_path),
+        env={**os.environ, "CHROME_DEVTOOLS_MCP_NO_USAGE_STATISTICS": "1"},
+    )
+    async with Client(stdio_client(server)) as client:
+        pages = text_of(await client.call_tool("list_pages", {}))
+        found = re.search(r"(\d+):", pages)
+        assert found is not None, pages
+        page = {"pageId": int(found.group(1))}
+        url = f"{example.dashboard_url}/signin"
+        opened = await client.call_tool("navigate_page", {**page, "type": "url", "url": url})
+        assert not opened.is_error, text_of(opened)
+        for label in ("Ada Admin", "Open assistant"):
+            snapshot = text_of(await client.call_tool("take_snapshot", page))
+            if label not in snapshot:
+                await client.call_tool("wait_for", {**page, "text": [label]})
+                snapshot = text_of(await client.call_tool("take_snapshot", page))
+            clicked = await client.call_tool("click", {**page, "uid": uid_of(snapshot, label)})
+            assert not clicked.is_error, text_of(clicked)
+        listed: list[str] = []
+        for _ in range(50):
+            listing = text_of(await client.call_tool("list_webmcp_tools", page))
+            listed = re.findall(r'name="([a-z0-9_]+)"', listing)
+            if len(listed) >= DASHBOARD_TOOLS:
+                break
+        assert len(listed) == DASHBOARD_TOOLS, listed
+        assert '"consequential":true' in listing  # agents_save_draft, from the registry's hint
+        ran = await client.call_tool(
+            "execute_webmcp_tool", {**page, "toolName": "dashboard_read_view", "input": "{}"}
+        )
+        said = text_of(ran)
+        answer = json.loads(said[said.index("{") : said.rindex("}") + 1])
+    assert answer["status"] == "Completed", answer
+    assert answer["output"]["context"]["actor"] == {"id": "ada", "role": "admin"}
+    assert ("dashboard.read_view", "webmcp", "succeeded") in await recorded_calls(example)
