@@ -44,7 +44,7 @@ class McpDoor:
     def __init__(self, gw: Gateway) -> None:
         self.catalog = McpCatalog(gw.registry)
         # Calls of 2026-07-28 clients waiting for the retry that answers their approval.
-        self.parked_calls = ParkedCalls()
+        self.parked_calls = ParkedCalls(enabled=not gw.settings.clustered)
         self.server = build_server(
             gw.pipeline,
             self.catalog,

@@ -133,13 +133,15 @@ class Parked:
 class ParkedCalls:
     """The calls of this process waiting for their clients to retry."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, enabled: bool = True) -> None:
+        # Off on a node of a cluster: a retry may reach another node, which holds nothing.
+        self.enabled = enabled
         self._by_handle: dict[str, Parked] = {}
 
     def has_room(self, task_id: str) -> bool:
         """Whether this task may park one more call; if not, its client waits on the
         exchange for the other channels, as a client without elicitation does."""
-        return self.held(task_id) < MAX_PARKED_PER_TASK
+        return self.enabled and self.held(task_id) < MAX_PARKED_PER_TASK
 
     def park(self, parked: Parked) -> None:
         self._by_handle[parked.handle] = parked
