@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test lint typecheck unit stress bench setup browser postgres cluster-tools incus cluster clean
+.PHONY: run test lint typecheck unit stress bench setup browser postgres cluster-tools incus cluster clean node-clients
 
 $(STAMP): pyproject.toml $(wildcard examples/*/__init__.py)
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' || { echo "Python 3.11+ is needed"; exit 1; }
@@ -44,9 +44,13 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
+# The MCP clients and WebMCP consumers written by others, pinned (tests/clients/).
+node-clients:
+	@scripts/ensure-node-clients
+
 # Both stores: the PostgreSQL half runs here (a throwaway cluster on loopback), not skipped;
 # and both sandbox providers (Incus's daemon started by the tests, stopped after).
-unit: setup postgres cluster-tools incus
+unit: setup postgres cluster-tools incus node-clients
 	GATEWAY_TEST_REQUIRE_POSTGRES=1 GATEWAY_TEST_REQUIRE_INCUS=1 $(BIN)/pytest -m "not stress"
 	# The example dashboard's own suite, run as an app team runs theirs: a session of its own.
 	$(BIN)/pytest examples/synthetic_app/e2e

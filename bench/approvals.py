@@ -13,7 +13,17 @@ arrives, so the person's time is nil and what is left is the gateway's):
 
 Rounds are interleaved so drift hits all three the same way. Goal: the approval round
 trip's p50 within 1.5x the ui call's (the person's time excluded, as here), and reported
-against the bare tab round trip too. Run: `python -m bench.approvals [--rounds N]`.
+against the bare tab round trip too.
+
+Then, in the same run, the round trip at the MCP door as an agent's client sees it, the
+official Python SDK client answering each form at once ("approve once"), interleaved:
+
+- stateful: a 2025-11-25 session; the form is a request on the call's response stream;
+- stateless: a 2026-07-28 client; the call answers `input_required`, and the client's
+  retry carries the answer (two HTTP exchanges, the call parked between them).
+
+Goal: the stateless round trip's p50 within 1.2x the stateful one's.
+Run: `python -m bench.approvals [--rounds N] [--door-rounds N]`.
 """
 
 from __future__ import annotations
@@ -39,6 +49,7 @@ from gateway.testing import live_gateway, test_settings
 from gateway.tokens import Purpose
 
 GOAL = 1.5
+STATELESS_GOAL = 1.2
 MS = 1e3
 ORIGIN = "http://127.0.0.1:8765"
 
@@ -89,7 +100,67 @@ def add_tool(gw: Any) -> None:
     gw.registry.add(NOOP)
 
 
-async def run(rounds: int) -> int:
+async def door_rounds(rounds: int) -> dict[str, list[float]]:
+    """Approved calls through the MCP door, stateful and stateless clients interleaved."""
+    import httpx2
+    import mcp_types as types
+    from mcp.client.session import ClientRequestContext
+    from mcp.client.streamable_http import streamable_http_client
+
+    from gateway import mcp_door
+    from mcp import Client
+
+    async def approve_once(
+        context: ClientRequestContext, params: types.ElicitRequestParams
+    ) -> types.ElicitResult:
+        del context, params  # every question answered the same, at once
+        return types.ElicitResult(action="accept", content={"decision": "approve once"})
+
+    samples: dict[str, list[float]] = {"legacy": [], "auto": []}
+    with tempfile.TemporaryDirectory() as tmp:
+        async with live_gateway(
+            test_settings(Path(tmp)),
+            setup=add_tool,
+            extensions=[health.routes, tasks.routes, mcp_door.install],
+        ) as live:
+            body = {
+                "actor": {"id": "user_1", "role": "member"},
+                "org_id": "org_bench",
+                "sandbox": {"id": "sb_1", "app_origin": "http://127.0.0.1:9"},
+                "scopes": ["ui"],
+                "approvals": {"required": [NOOP.name], "channels": ["elicitation"]},
+            }
+            created = (await live.http.post("/v1/tasks", json=body, headers=live.control)).json()
+            headers = {"authorization": f"Bearer {created['tokens']['agent']}"}
+            url = f"{live.base_url}/v1/mcp"
+            async with (
+                httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(60.0)) as http,
+                Client(
+                    streamable_http_client(url, http_client=http),
+                    mode="legacy",
+                    elicitation_callback=approve_once,
+                ) as legacy,
+                Client(
+                    streamable_http_client(url, http_client=http),
+                    mode="auto",
+                    elicitation_callback=approve_once,
+                ) as auto,
+            ):
+                clients = {"legacy": legacy, "auto": auto}
+                warmup = max(20, rounds // 10)
+                for i in range(warmup + rounds):
+                    for kind in ("legacy", "auto") if i % 2 else ("auto", "legacy"):
+                        t0 = time.perf_counter()
+                        result = await clients[kind].call_tool("bench_guarded", {})
+                        spent = time.perf_counter() - t0
+                        if result.is_error:
+                            raise RuntimeError(f"{kind}: {result.content}")
+                        if i >= warmup:
+                            samples[kind].append(spent)
+    return samples
+
+
+async def run(rounds: int, door_round_count: int = 200) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         settings = test_settings(Path(tmp), dashboard_origins=[ORIGIN])
         async with live_gateway(
@@ -135,7 +206,9 @@ async def run(rounds: int) -> int:
                 page.cancel()
             listed = await gw.approvals.listing(identity.task_id)
     approved = sum(1 for a in listed if a["status"] == "approved")
+    samples.update(await door_rounds(door_round_count))
     stats = {k: summary([s * MS for s in v]) for k, v in samples.items()}
+    ratio_stateless = stats["auto"]["p50"] / stats["legacy"]["p50"]
     ratio_ui = stats["approval"]["p50"] / stats["ui"]["p50"]
     ratio_tab = stats["approval"]["p50"] / stats["tab"]["p50"]
     rows: list[dict[str, Any]] = [
@@ -155,20 +228,34 @@ async def run(rounds: int) -> int:
             "p99": stats["approval"]["p99"] / stats["tab"]["p99"],
         },
     ]
-    met = ratio_ui <= GOAL and not failures
+    rows += [
+        {"path": "MCP door, stateful client, approved call (ms)", **stats["legacy"]},
+        {"path": "MCP door, stateless client, approved call (ms)", **stats["auto"]},
+        {
+            "path": "ratio stateless/stateful",
+            "n": door_round_count,
+            "p50": ratio_stateless,
+            "p99": stats["auto"]["p99"] / stats["legacy"]["p99"],
+        },
+    ]
+    met_stateless = ratio_stateless <= STATELESS_GOAL
+    met = ratio_ui <= GOAL and not failures and met_stateless
     write(
         "approvals",
         rows,
         {
-            "goal": {"p50_ratio_to_ui_call": GOAL},
+            "goal": {"p50_ratio_to_ui_call": GOAL, "p50_stateless_to_stateful": STATELESS_GOAL},
             "met": met,
+            "met_stateless": met_stateless,
             "approved": approved,
             "failures": failures,
         },
     )
     print(
         f"approval p50 {ratio_ui:.2f}x a ui call, {ratio_tab:.2f}x a bare tab round trip "
-        f"(goal {GOAL}x the ui call): {'met' if met else 'NOT met'}; {approved} approvals stored"
+        f"(goal {GOAL}x the ui call); {approved} approvals stored; at the MCP door a "
+        f"stateless client's approved call {ratio_stateless:.2f}x a stateful one's "
+        f"(goal {STATELESS_GOAL}x): {'met' if met_stateless else 'NOT met'}"
     )
     return 0 if met else 2
 
@@ -189,8 +276,9 @@ async def measure(kind: str, gw: Any, hub: TabHub, identity: Any, i: int) -> boo
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--rounds", type=int, default=500)
+    parser.add_argument("--door-rounds", type=int, default=200)
     args = parser.parse_args()
-    return asyncio.run(run(args.rounds))
+    return asyncio.run(run(args.rounds, args.door_rounds))
 
 
 if __name__ == "__main__":

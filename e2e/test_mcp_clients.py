@@ -4,6 +4,7 @@ what a model takes, beside the artifact's ref, through both official SDK clients
 from __future__ import annotations
 
 import base64
+import contextlib
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -12,6 +13,7 @@ import httpx2
 import pytest
 import pytest_asyncio
 from mcp.client.streamable_http import streamable_http_client
+from mcp.shared.exceptions import MCPError
 
 from gateway.mcp_door.images import MAX_PIXELS, MAX_SIDE
 from gateway.png import png_size
@@ -50,9 +52,16 @@ async def test_the_typescript_client_gets_the_screenshot_as_an_image(
     output = shot["structured"]["output"]
     # The artifact keeps the whole page; the image block is scaled to fit.
     assert output["height"] > 4000 and output["artifact"]["media_type"] == "image/png"
-    [text, image] = shot["content"]
+    [text, image, link] = shot["content"]
     assert text["type"] == "text" and text["text"].startswith("browser.screenshot succeeded")
     assert image["type"] == "image" and image["mimeType"] == "image/png"
+    # The whole page is a link away, not in the answer.
+    assert link == {
+        "type": "resource_link",
+        "uri": f"gateway://artifacts/{output['artifact']['artifact_id']}",
+        "mimeType": "image/png",
+        "size": output["artifact"]["size"],
+    }
     width, height = image["size"]
     assert max(width, height) <= MAX_SIDE and width * height <= MAX_PIXELS
     assert abs(width / height - output["width"] / output["height"]) < 0.02
@@ -88,8 +97,38 @@ async def test_a_setting_leaves_the_image_out_for_clients_that_reject_images(
         ):
             assert not (await client.call_tool("browser_navigate", {"url": "/"})).is_error
             result = await client.call_tool("browser_screenshot", {})
-    assert [block.type for block in result.content] == ["text"]
+    assert [block.type for block in result.content] == ["text", "resource_link"]
     assert result.structured_content["output"]["artifact"]["artifact_id"].startswith("art_")
+
+
+async def test_a_screenshots_link_is_read_with_the_agent_token_and_no_other(
+    gateway: LiveGateway, sites: Sites
+) -> None:
+    task = await _task(gateway, sites)
+    other = await _task(gateway, sites)
+
+    @contextlib.asynccontextmanager
+    async def client(token: str) -> AsyncIterator[Client]:
+        headers = {"authorization": f"Bearer {token}"}
+        async with (
+            httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(60.0)) as http,
+            Client(streamable_http_client(f"{gateway.base_url}/v1/mcp", http_client=http)) as c,
+        ):
+            yield c
+
+    async with client(task["tokens"]["agent"]) as agent:
+        assert not (await agent.call_tool("browser_navigate", {"url": "/tall"})).is_error
+        shot = await agent.call_tool("browser_screenshot", {"full_page": True})
+        [link] = [block for block in shot.content if block.type == "resource_link"]
+        read = await agent.read_resource(link.uri)
+    [contents] = read.contents
+    data = base64.b64decode(contents.blob)  # type: ignore[union-attr]
+    output = shot.structured_content["output"]
+    assert png_size(data) == (output["width"], output["height"])  # the whole page, unscaled
+    assert len(data) == link.size
+    async with client(other["tokens"]["agent"]) as stranger:
+        with pytest.raises(MCPError):
+            await stranger.read_resource(link.uri)
 
 
 async def test_the_page_errors_reach_a_client_that_asked_for_the_log(

@@ -744,8 +744,15 @@ class GatewaySession extends EventTarget {
       };
       try {
         const registered = mc.registerTool(definition, { signal: controller.signal });
-        // registerTool returns a promise that rejects when the registration is withdrawn.
-        if (registered && typeof registered.catch === "function") registered.catch(() => {});
+        // registerTool returns a promise that rejects when the registration is withdrawn
+        // (our own abort, expected) or refused (a frame the `tools` permissions policy does
+        // not allow), which the page should hear of.
+        if (registered && typeof registered.catch === "function") {
+          registered.catch((error) => {
+            if (controller.signal.aborted) return;
+            this._emit("error", { code: "webmcp_register_failed", message: String(error && error.message), tool: tool.name });
+          });
+        }
       } catch (error) {
         this._emit("error", { code: "webmcp_register_failed", message: String(error && error.message), tool: tool.name });
       }

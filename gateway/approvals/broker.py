@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from gateway.approval_policy import ApprovalPolicy, Approver, Channel, Need
+from gateway.approvals.channels import form_may_answer, tab_may_answer
 from gateway.errors import GatewayError, InvalidInput, NotFound, ToolFailure
 from gateway.evidence_log import EventLog
 from gateway.identity import TaskIdentity
@@ -96,9 +97,7 @@ class ApprovalRequest:
 
     @property
     def answerable_in_tab(self) -> bool:
-        # A call made through the tab's own WebMCP door is not approved in that same tab:
-        # an agent driving the page can press its buttons.
-        return "tab" in self.channels and self.by == "actor" and self.door != Door.WEBMCP
+        return tab_may_answer({"channels": self.channels, "by": self.by, "door": self.door})
 
     def shown(self) -> dict[str, Any]:
         """What the tab shows: text only, and the nonce only where the tab may answer."""
@@ -405,6 +404,13 @@ class Approvals:
         if decision.channel != "control":
             if request.by == "control":
                 raise ApprovalRefused("this approval is for the control plane to give")
+            if decision.channel == "elicitation" and not form_may_answer(
+                request.public(), decision.scope
+            ):
+                raise ApprovalRefused(
+                    "a form at the agent's client may confirm one call inside the grant, "
+                    "nothing more"
+                )
             if decision.channel == "tab":
                 if not request.answerable_in_tab:
                     raise ApprovalRefused("this approval is not answered in this tab")

@@ -1,9 +1,15 @@
-"""Asking the person at the agent's client: an approval as an MCP form elicitation.
+"""Asking the person at the agent's client, by MCP elicitation, only what it may answer.
 
-Used when the client declared the `elicitation` capability (form mode, or the bare
-capability, which means form) and the exchange can carry a request from the server (a
-session, or a response stream). The form is one choice; `decline` is a refusal, `cancel`
-(the person closed it) leaves the approval to the task's other channels.
+Whatever the agent's client runs answers a form, so a form is put only where a form may
+decide (`gateway.approvals.channels`): one call inside the task's grant, approved once or
+refused. For anything beyond that, a client that declared URL mode is given a link to the
+task's dashboard, where the tab shows the request and a person answers it with real input
+events; the client's reply to a link means only that it was shown, never a decision.
+Nothing else is sent: the other channels (the tab, the control plane) still answer.
+
+Used when the client declared the `elicitation` capability (the bare capability means
+form) and the exchange can carry a request from the server (a session, or a response
+stream).
 """
 
 from __future__ import annotations
@@ -13,16 +19,13 @@ from typing import Any
 
 from mcp.server.context import ServerRequestContext
 
+from gateway.approvals.channels import form_may_answer, tab_may_answer
+from gateway.mcp_door.bearer import identity_of
 from gateway.ports import Elicit
 
 APPROVE_ONCE = "approve once"
-APPROVE_FOR_TASK = "approve for this task"
 DENY = "deny"
-CHOICES = {
-    APPROVE_ONCE: ("approve", "call"),
-    APPROVE_FOR_TASK: ("approve", "task"),
-    DENY: ("deny", "call"),
-}
+CHOICES = {APPROVE_ONCE: ("approve", "call"), DENY: ("deny", "call")}
 FORM: dict[str, Any] = {
     "type": "object",
     "properties": {
@@ -43,25 +46,47 @@ def message_of(request: Mapping[str, Any]) -> str:
     return "\n".join(line for line in lines if line)
 
 
+def link_message(request: Mapping[str, Any], page: str) -> str:
+    return (
+        f"A person must approve {request['tool']} in the task's dashboard ({page}); "
+        "it is shown there, and answered there, not here."
+    )
+
+
+def choice_of(action: str, content: Mapping[str, Any] | None) -> tuple[str, str] | None:
+    """A form's reply as (decision, scope); None when it decides nothing."""
+    if action == "decline":
+        return ("deny", "call")
+    if action != "accept" or not content:
+        return None
+    return CHOICES.get(str(content.get("decision")))
+
+
 def elicitor(ctx: ServerRequestContext[Any, Any]) -> Elicit | None:
     """How this request's client can be asked, or None when it cannot."""
     session = ctx.session
     declared = session.client_capabilities
     if declared is None or declared.elicitation is None:
         return None
-    if declared.elicitation.form is None and declared.elicitation.url is not None:
-        return None  # URL mode only
     if not session.can_send_request:
         return None
+    by_url = declared.elicitation.url is not None
+    by_form = declared.elicitation.form is not None or not by_url
+    page = identity_of(ctx.request).sandbox.app_origin
 
     async def ask(request: Mapping[str, Any]) -> tuple[str, str] | None:
-        answer = await session.elicit_form(
-            message_of(request), FORM, related_request_id=ctx.request_id
-        )
-        if answer.action == "decline":
-            return ("deny", "call")
-        if answer.action != "accept" or not answer.content:
-            return None
-        return CHOICES.get(str(answer.content.get("decision")))
+        if by_form and form_may_answer(request):
+            answer = await session.elicit_form(
+                message_of(request), FORM, related_request_id=ctx.request_id
+            )
+            return choice_of(answer.action, answer.content)
+        if by_url and page and tab_may_answer(request):
+            await session.elicit_url(
+                link_message(request, page),
+                page,
+                str(request["approval_id"]),
+                related_request_id=ctx.request_id,
+            )
+        return None
 
     return ask

@@ -28,6 +28,7 @@ from gateway.mcp_door.bearer import BearerFront
 from gateway.mcp_door.catalog import McpCatalog
 from gateway.mcp_door.dispatch import TransportDispatch
 from gateway.mcp_door.images import ImageReader
+from gateway.mcp_door.input_required import ParkedCalls
 from gateway.mcp_door.resources import ArtifactResources
 from gateway.mcp_door.server import build_server
 from gateway.mcp_door.sessions import TaskSessions
@@ -42,12 +43,15 @@ class McpDoor:
 
     def __init__(self, gw: Gateway) -> None:
         self.catalog = McpCatalog(gw.registry)
+        # Calls of 2026-07-28 clients waiting for the retry that answers their approval.
+        self.parked_calls = ParkedCalls(enabled=not gw.settings.clustered)
         self.server = build_server(
             gw.pipeline,
             self.catalog,
             images=artifact_reader(gw) if gw.settings.mcp_image_blocks else None,
             resources=ArtifactResources(gw.store),
             task_log=gw.task_log,
+            parked_calls=self.parked_calls,
         )
         # Host and Origin are checked by the bearer front, before the token.
         unguarded = TransportSecuritySettings(enable_dns_rebinding_protection=False)

@@ -11,7 +11,8 @@ One rule for every status:
   `overloaded` call);
 - a tool whose output is a string its client parses (`Tool.text_output`: the permission
   prompt's JSON answer) has that string as its text block, nothing around it;
-- an image block (a screenshot) follows when the door has one for the result;
+- an image block (a screenshot) follows when the door has one for the result, then a
+  resource link for each artifact the output names (`gateway.mcp_door.links`);
 - `isError` is true for every status but `succeeded`.
 """
 
@@ -22,6 +23,7 @@ from typing import Any
 
 import mcp_types as types
 
+from gateway.mcp_door.links import resource_links
 from gateway.results import ToolResult
 
 
@@ -95,6 +97,7 @@ def render(
     content: list[types.ContentBlock] = [types.TextContent(text=text)]
     if image is not None:
         content.append(image)
+    content += resource_links(result)
     return types.CallToolResult(
         content=content,
         structured_content=result.public(),

@@ -25,6 +25,7 @@ import mcp_types as types
 from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel import Server
 from mcp.shared.exceptions import MCPDeprecationWarning, MCPError
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from gateway.errors import NotFound
 from gateway.identity import TaskIdentity
@@ -32,6 +33,7 @@ from gateway.mcp_door.bearer import identity_of
 from gateway.mcp_door.catalog import McpCatalog
 from gateway.mcp_door.elicitation import elicitor
 from gateway.mcp_door.images import ImageReader, image_block
+from gateway.mcp_door.input_required import Parked, ParkedCalls, StaleState, arguments_digest
 from gateway.mcp_door.rendering import render
 from gateway.mcp_door.resources import ArtifactResources
 from gateway.ports import CallRunner, Elicit
@@ -95,6 +97,45 @@ async def call_until_cancelled(
         raise
 
 
+def parks_for(
+    ctx: Context,
+    identity: TaskIdentity,
+    params: types.CallToolRequestParams,
+    parked_calls: ParkedCalls,
+) -> Parked | None:
+    """A parked call for a client that can be asked only by an `input_required` result
+    (the 2026-07-28 protocol, with elicitation declared), or None."""
+    session = ctx.session
+    declared = session.client_capabilities
+    if declared is None or declared.elicitation is None or session.can_send_request:
+        return None
+    if session.protocol_version not in MODERN_PROTOCOL_VERSIONS:
+        return None
+    if not parked_calls.has_room(identity.task_id):
+        return None
+    by_url = declared.elicitation.url is not None
+    return Parked(
+        task_id=identity.task_id,
+        digest=arguments_digest(params.name, params.arguments),
+        by_form=declared.elicitation.form is not None or not by_url,
+        by_url=by_url,
+        page=identity.sandbox.app_origin,
+    )
+
+
+async def until_answered(parked: Parked) -> ToolResult | types.InputRequiredResult:
+    """The parked call's next outcome; a client that hangs up cancels the call, as a
+    2026-07-28 client cancels, and the call still ends in one recorded result."""
+    try:
+        return await parked.next()
+    except asyncio.CancelledError:
+        parked.cancel.set()
+        if parked.call is not None:
+            with anyio.CancelScope(shield=True), anyio.move_on_after(CANCEL_GRACE_S):
+                await asyncio.wait([parked.call])
+        raise
+
+
 def build_server(
     calls: CallRunner,
     catalog: McpCatalog,
@@ -102,28 +143,63 @@ def build_server(
     images: ImageReader | None = None,
     resources: ArtifactResources | None = None,
     task_log: TaskLog | None = None,
+    parked_calls: ParkedCalls | None = None,
 ) -> Server[Any]:
+    parked_calls = parked_calls if parked_calls is not None else ParkedCalls()
+
     async def list_tools(
         ctx: Context, _params: types.PaginatedRequestParams | None
     ) -> types.ListToolsResult:
         # Read fresh on every request: tools register while the gateway runs.
         return types.ListToolsResult(tools=catalog.tools(identity_of(ctx.request)))
 
-    async def call_tool(ctx: Context, params: types.CallToolRequestParams) -> types.CallToolResult:
+    async def call_tool(
+        ctx: Context, params: types.CallToolRequestParams
+    ) -> types.CallToolResult | types.InputRequiredResult:
         identity = identity_of(ctx.request)
         meta = dict(params.meta) if params.meta else None
-        result = await call_until_cancelled(
-            calls,
-            identity,
-            params.name,
-            params.arguments,
-            key=idempotency_key(meta),
-            progress=progress_of(ctx),
-            elicit=elicitor(ctx),
-        )
-        image = await image_block(result, identity, images) if images is not None else None
+        parked: Parked | None = None
+        if params.request_state is not None:
+            try:
+                parked = parked_calls.find(
+                    params.request_state, identity.task_id, params.name, params.arguments
+                )
+            except StaleState as exc:
+                raise MCPError(INVALID_PARAMS, str(exc)) from None
+            parked.answer(params.input_responses)
+            outcome = await until_answered(parked)
+        elif (parked := parks_for(ctx, identity, params, parked_calls)) is not None:
+            parked.call = asyncio.ensure_future(
+                calls.call(
+                    identity,
+                    params.name,
+                    params.arguments,
+                    door=Door.MCP,
+                    idempotency_key=idempotency_key(meta),
+                    # No progress: the call outlives the exchange that asked for it.
+                    cancel=parked.cancel,
+                    elicit=parked.ask,
+                )
+            )
+            parked_calls.park(parked)
+            outcome = await until_answered(parked)
+        else:
+            outcome = await call_until_cancelled(
+                calls,
+                identity,
+                params.name,
+                params.arguments,
+                key=idempotency_key(meta),
+                progress=progress_of(ctx),
+                elicit=elicitor(ctx),
+            )
+        if isinstance(outcome, types.InputRequiredResult):
+            return outcome
+        if parked is not None:
+            parked_calls.done_with(parked)
+        image = await image_block(outcome, identity, images) if images is not None else None
         tool = catalog.registry.get(params.name)
-        return render(result, image, text_output=tool is not None and tool.text_output)
+        return render(outcome, image, text_output=tool is not None and tool.text_output)
 
     async def set_logging_level(
         ctx: Context, params: types.SetLevelRequestParams

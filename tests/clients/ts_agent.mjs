@@ -27,7 +27,9 @@ function summary(result) {
       block.type === "image"
         ? { type: "image", mimeType: block.mimeType, bytes: Buffer.from(block.data, "base64").length,
             size: pngSize(Buffer.from(block.data, "base64")) }
-        : { type: block.type, text: block.text ?? null },
+        : block.type === "resource_link"
+          ? { type: block.type, uri: block.uri, mimeType: block.mimeType, size: block.size }
+          : { type: block.type, text: block.text ?? null },
     ),
   };
 }
