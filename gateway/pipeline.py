@@ -378,7 +378,7 @@ class Pipeline:
         """Wait for a person, unless one already granted this tool for the whole task."""
         assert self.approvals is not None
         assert call.context is not None
-        grant = await self.approvals.grant(call.identity.task_id, tool.name)
+        grant = await self.approvals.granted(call.identity.task_id, tool.name, need)
         if grant is not None:
             call.context.evidence["approval"] = {"granted_for_task": grant["approval_id"]}
             call.context.approved_by = dict(grant["by"])
@@ -415,13 +415,22 @@ class Pipeline:
 
         async def ask(summary: str, details: dict[str, Any] | None, by: Approver) -> None:
             identity = call.identity
+            need = Need(by, "the tool asks")
+            # Approved for the task, this ask is not asked again (the gate before the tool
+            # was passed on its own terms).
+            grant = await approvals.granted(identity.task_id, call.tool_name, need)
+            if grant is not None:
+                if call.context is not None:
+                    granted = call.context.evidence.setdefault("asks_granted_for_task", [])
+                    granted.append(grant["approval_id"])
+                return
             digest = input_digest(call.input)
             asking.pause.begin()
             try:
                 request = await approvals.ask(
                     identity,
                     policy=identity.approvals,
-                    need=Need(by, "the tool asks"),
+                    need=need,
                     call_id=call.call_id,
                     tool=call.tool_name,
                     door=call.door,

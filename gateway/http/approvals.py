@@ -50,6 +50,7 @@ def routes(gw: Gateway) -> list[BaseRoute]:
                 "task_id": task_id,
                 "approvals": await gw.approvals.listing(task_id),
                 "grants": await gw.approvals.grants(task_id),
+                "granted_asks": await gw.approvals.granted_asks(task_id),
             }
         )
 
