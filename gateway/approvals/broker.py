@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from gateway.approval_policy import ApprovalPolicy, Approver, Channel, Need, Reason, may_answer
-from gateway.errors import GatewayError, InvalidInput, NotFound, ToolFailure
+from gateway.errors import GatewayError, InvalidInput, NotFound, QuotaExceeded, ToolFailure
 from gateway.evidence_log import EventLog
 from gateway.identity import TaskIdentity
 from gateway.ports import Elicit
@@ -37,6 +37,9 @@ Status = Literal["pending", "approved", "denied", "expired", "cancelled"]
 SUMMARY_CHARS = 2000
 # How often a waiting call tells its client it is still waiting (MCP progress).
 KEEPALIVE_S = 10.0
+# Requests one task may have waiting at once: each is a row, evidence and a panel in the
+# person's tab, and no person answers dozens at once.
+MAX_PENDING_PER_TASK = 16
 
 
 class ApprovalConflict(GatewayError):
@@ -154,9 +157,15 @@ Listener = Callable[[ApprovalRequest], None]
 
 class Approvals:
     def __init__(
-        self, store: Store, events: EventLog, *, clock: Callable[[], float] = time.time
+        self,
+        store: Store,
+        events: EventLog,
+        *,
+        clock: Callable[[], float] = time.time,
+        max_pending_per_task: int = MAX_PENDING_PER_TASK,
     ) -> None:
         self.store = store
+        self.max_pending_per_task = max_pending_per_task
         self.events = events
         self._clock = clock
         self._pending: dict[str, ApprovalRequest] = {}
@@ -242,6 +251,20 @@ class Approvals:
         elicit: Elicit | None = None,
     ) -> ApprovalRequest:
         """Store, deliver and await one request; the approved request, or a ToolFailure."""
+        waiting = sum(r.status == "pending" for r in self.pending(identity.task_id))
+        if waiting >= self.max_pending_per_task:
+            # Nothing is stored or shown: the call ends here, and a retry once one of
+            # the task's requests is answered can be asked.
+            raise QuotaExceeded(
+                f"this task already has {waiting} approvals waiting for a person, its "
+                f"limit; {tool} was not asked for and did not run",
+                details={
+                    "quota": "pending_approvals",
+                    "limit": self.max_pending_per_task,
+                    "current": waiting,
+                    "adding": 1,
+                },
+            )
         now = self._clock()
         request = ApprovalRequest(
             id=new_id("apr"),
