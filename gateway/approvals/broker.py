@@ -18,7 +18,7 @@ import json
 import logging
 import secrets
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -249,8 +249,13 @@ class Approvals:
         cancel: asyncio.Event | None = None,
         progress: ProgressFn | None = None,
         elicit: Elicit | None = None,
+        secret_values: Iterable[str] = (),
     ) -> ApprovalRequest:
-        """Store, deliver and await one request; the approved request, or a ToolFailure."""
+        """Store, deliver and await one request; the approved request, or a ToolFailure.
+
+        `summary` and `details` are redacted here, once, on evidence's rules, before the
+        request is stored, shown or sent anywhere; `secret_values` (the call's secret input
+        fields) are taken out of them first."""
         waiting = sum(r.status == "pending" for r in self.pending(identity.task_id))
         if waiting >= self.max_pending_per_task:
             # Nothing is stored or shown: the call ends here, and a retry once one of
@@ -274,8 +279,8 @@ class Approvals:
             tool=tool,
             door=door.value,
             input_sha256=input_digest,
-            summary=_text_only(summary),
-            details=details or {},
+            summary=self._redacted(_text_only(summary), secret_values),
+            details=self._redacted(details or {}, secret_values),
             by=need.by,
             channels=policy.channels,
             created_at=now,
@@ -312,6 +317,10 @@ class Approvals:
                 helper.cancel()
             self._forget(request.id)
         return request
+
+    def _redacted(self, value: Any, secret_values: Iterable[str]) -> Any:
+        hidden = sorted({v for v in secret_values if v}, key=len, reverse=True)
+        return self.events.redactor.value(_without(value, hidden))
 
     def _forget(self, approval_id: str) -> None:
         self._waiters.pop(approval_id, None)
@@ -600,6 +609,21 @@ class Approvals:
             },
         )
         return row
+
+
+def _without(value: Any, hidden: list[str], depth: int = 0) -> Any:
+    """`value` with each of the `hidden` strings, wherever they occur, made `[secret]`."""
+    if not hidden or depth > 64:
+        return value
+    if isinstance(value, str):
+        for secret in hidden:
+            value = value.replace(secret, "[secret]")
+        return value
+    if isinstance(value, dict):
+        return {k: _without(v, hidden, depth + 1) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_without(v, hidden, depth + 1) for v in value]
+    return value
 
 
 def _text_only(summary: str) -> str:

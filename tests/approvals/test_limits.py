@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from gateway.results import Door, ErrorCode, ToolStatus
+from gateway.results import Door, ErrorCode, ToolResult, ToolStatus
 from gateway.runtime import Gateway
 from gateway.settings import Settings
 from tests.approvals.test_asking import GRANTABLE, Ran, asked, control, install
@@ -92,7 +92,9 @@ async def test_the_cap_is_per_task(env: tuple[Gateway, Ran]) -> None:
     await asyncio.gather(*calls)
 
 
-async def _settled(calls: list[asyncio.Future[object]], count: int) -> list[asyncio.Future[object]]:
+async def _settled(
+    calls: list[asyncio.Task[ToolResult]], count: int
+) -> list[asyncio.Task[ToolResult]]:
     for _ in range(500):
         done = [c for c in calls if c.done()]
         if len(done) >= count:
