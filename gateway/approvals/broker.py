@@ -120,6 +120,7 @@ class ApprovalRequest:
             "summary": self.summary,
             "details": self.details,
             "by": self.by,
+            "reason": self.reason,
             "answerable": answerable,
             "status": self.status,
             "expires_at": self.expires_at,
