@@ -82,15 +82,19 @@ def run(gw: Gateway, ident: TaskIdentity, tokens: int) -> asyncio.Task[ToolResul
     )
 
 
-async def in_tab(gw: Gateway, ident: TaskIdentity, request: Any, scope: str = "task") -> None:
-    """The task's own user answers in the tab, with the request's nonce."""
+async def in_tab(
+    gw: Gateway, ident: TaskIdentity, request: Any, scope: str = "task", channel: str = "tab"
+) -> None:
+    """The task's own user answers in the tab (with the request's nonce), or whatever the
+    agent's client runs answers its elicitation form."""
     await gw.approvals.answer(
-        ident, request.id, decision="approve", scope=scope, channel="tab", nonce=request.nonce
+        ident, request.id, decision="approve", scope=scope, channel=channel, nonce=request.nonce
     )
 
 
+@pytest.mark.parametrize("channel", ["tab", "elicitation"])
 async def test_an_actors_task_grant_of_the_tools_own_ask_does_not_open_the_control_gate(
-    env: tuple[Gateway, Ran],
+    env: tuple[Gateway, Ran], channel: str
 ) -> None:
     gw, ran = env
     ident, _ = await new_task(gw, role="member", scopes=(), approvals=BY_CONTROL)
@@ -101,7 +105,7 @@ async def test_an_actors_task_grant_of_the_tools_own_ask_does_not_open_the_contr
     # Inside the handler, the product's cost check: the user says "for this task".
     ask = await _next_request(gw, ident.task_id, gate.id)
     assert ask.by == "actor"
-    await in_tab(gw, ident, ask)
+    await in_tab(gw, ident, ask, channel=channel)
     assert (await first).ok
     assert ran.tokens == [5000]
 
