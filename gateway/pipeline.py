@@ -391,7 +391,8 @@ class Pipeline:
     async def _approve(
         self, call: _Call, tool: Tool, need: Need, digest: str, asking: _Asking
     ) -> None:
-        """Wait for a person, unless one already granted this tool for the whole task."""
+        """Wait for a person, unless one already granted this need (the gate in front of
+        this tool, for the party the policy names) for the whole task."""
         assert self.approvals is not None
         assert call.context is not None
         grant = await self.approvals.granted(call.identity.task_id, tool.name, need)
