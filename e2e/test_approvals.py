@@ -326,3 +326,22 @@ async def test_a_covered_panel_cannot_be_approved(e2e: E2E) -> None:
     assert await page.locator(f"{HOST}[data-ready]").count() == 0
     await e2e.live.end_task(task["task_id"])
     await call
+
+
+async def test_a_panel_with_no_room_waits_unseen_until_a_slot_frees(e2e: E2E) -> None:
+    task, identity, page = await open_tab(e2e, GRANTABLE)
+    await page.set_viewport_size({"width": 900, "height": 420})  # room for one
+    first_call = agent_call(e2e, identity, "the first")
+    [first] = await e2e.wait_event(page, "approval")
+    await ready(page, first["id"])
+    second_call = agent_call(e2e, identity, "the second")
+    second = (await e2e.wait_event(page, "approval", 2))[1]
+    await asyncio.sleep(1.5)
+    # Drawn nowhere: not over the first, and it takes nothing.
+    assert await page.locator(f'[data-gateway-approval="{second["id"]}"][data-ready]').count() == 0
+    await page.mouse.click(*centre(await box(page, first["id"], "deny")))
+    assert not (await first_call).ok
+    await ready(page, second["id"])
+    await page.mouse.click(*centre(await box(page, second["id"], "approve")))
+    assert (await second_call).ok
+    assert [a["status"] for a in await approvals(e2e, task["task_id"])] == ["denied", "approved"]
