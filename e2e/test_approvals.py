@@ -1,7 +1,9 @@
 """Approval in the tab, end to end: real Chromium, the shim's own element, a real gateway.
 
-A person answers with a real key press on the shim's element; a script's click, a forged
-frame, the tab of a call's own WebMCP door and a `by: "control"` approval cannot answer.
+A person answers with a real key press or click on the shim's element; a script's click, a
+forged frame, the tab of a call's own WebMCP door and a `by: "control"` approval cannot
+answer. A panel takes no answer until it has held still in view, never moves once placed,
+and never lands on another: a click aimed at one request never answers another.
 """
 
 from __future__ import annotations
@@ -56,9 +58,16 @@ def agent_call(e2e: E2E, identity: TaskIdentity, text: str) -> asyncio.Task[Tool
     )
 
 
+async def ready(page: Any, approval_id: str | None = None) -> None:
+    """Wait until the panel takes answers (it has held still in view long enough)."""
+    name = f'[data-gateway-approval="{approval_id}"]' if approval_id else HOST
+    await page.wait_for_selector(f"{name}[data-ready]", state="attached", timeout=10_000)
+
+
 async def press(page: Any, *keys: str) -> None:
     """A person's key presses on the approval element: focus lands on its first button
     (Deny); Tab moves on (Approve once, then Approve for this task)."""
+    await ready(page)
     await page.focus(HOST)
     for key in keys:
         await page.keyboard.press(key)
@@ -112,6 +121,7 @@ async def test_a_script_click_is_not_a_persons_answer(e2e: E2E) -> None:
     task, identity, page = await open_tab(e2e, GRANTABLE)
     call = agent_call(e2e, identity, "scripted")
     await e2e.wait_event(page, "approval")
+    await ready(page)
     await page.evaluate(
         """() => window.__roots.at(-1).querySelector("[part~='approve']").click()"""
     )
@@ -197,3 +207,141 @@ async def test_a_call_from_the_tabs_own_webmcp_is_not_approved_in_that_tab(e2e: 
     answered = await result
     assert answered["status"] == "denied"
     assert answered["error"]["code"] == "approval_denied"
+
+
+# -- the panel under the pointer --------------------------------------------------------
+
+BOX = """([id, part]) => {
+  const root = window.__roots.find((r) => r.host.getAttribute("data-gateway-approval") === id);
+  const node = root.querySelector(`[part~='${part || "panel"}']`);
+  const r = node.getBoundingClientRect();
+  return {x: r.x, y: r.y, width: r.width, height: r.height};
+}"""
+
+
+async def box(page: Any, approval_id: str, part: str | None = None) -> dict[str, float]:
+    found: dict[str, float] = await page.evaluate(BOX, [approval_id, part])
+    return found
+
+
+def centre(b: dict[str, float]) -> tuple[float, float]:
+    return b["x"] + b["width"] / 2, b["y"] + b["height"] / 2
+
+
+def overlap(a: dict[str, float], b: dict[str, float]) -> bool:
+    return not (
+        a["x"] + a["width"] <= b["x"]
+        or b["x"] + b["width"] <= a["x"]
+        or a["y"] + a["height"] <= b["y"]
+        or b["y"] + b["height"] <= a["y"]
+    )
+
+
+async def status_of(e2e: E2E, task_id: str) -> dict[str, str]:
+    return {a["approval_id"]: a["status"] for a in await approvals(e2e, task_id)}
+
+
+async def test_a_panel_that_appears_under_the_pointer_takes_no_click(e2e: E2E) -> None:
+    task, identity, page = await open_tab(e2e, GRANTABLE)
+    aimed = agent_call(e2e, identity, "the one aimed at")
+    [first] = await e2e.wait_event(page, "approval")
+    await ready(page, first["id"])
+    x, y = centre(await box(page, first["id"], "approve"))
+    await page.mouse.move(x, y)
+    # The pointer rests on "Approve once" of the first request; a second one arrives.
+    other = agent_call(e2e, identity, "the one that slid in")
+    second = (await e2e.wait_event(page, "approval", 2))[1]
+    await page.mouse.click(x, y)
+    assert (await aimed).ok, "the click did not answer the request it was aimed at"
+    await asyncio.sleep(0.3)
+    assert not other.done()
+    assert (await status_of(e2e, task["task_id"]))[second["id"]] == "pending"
+    assert not overlap(await box(page, second["id"]), {"x": x, "y": y, "width": 1, "height": 1})
+    await e2e.live.end_task(task["task_id"])
+    await other
+
+
+async def test_a_new_panel_takes_no_answer_until_it_has_held_still(e2e: E2E) -> None:
+    task, identity, page = await open_tab(e2e, GRANTABLE)
+    call = agent_call(e2e, identity, "too soon")
+    [shown] = await e2e.wait_event(page, "approval")
+    x, y = centre(await box(page, shown["id"], "approve"))
+    # A click the moment it appears, the way a click meant for the page lands on it.
+    await page.mouse.click(x, y)
+    await asyncio.sleep(0.3)
+    assert not call.done()
+    assert (await status_of(e2e, task["task_id"]))[shown["id"]] == "pending"
+    await ready(page, shown["id"])
+    await page.mouse.click(x, y)
+    assert (await call).ok
+
+
+async def test_panels_never_move_and_never_cover_one_another(e2e: E2E) -> None:
+    task, identity, page = await open_tab(e2e, GRANTABLE)
+    await page.set_viewport_size({"width": 1280, "height": 1000})  # room for three
+    calls = [agent_call(e2e, identity, f"request {n}") for n in range(3)]
+    shown = await e2e.wait_event(page, "approval", 3)
+    ids = [s["id"] for s in shown]
+    for approval_id in ids:
+        await ready(page, approval_id)
+    boxes = [await box(page, approval_id) for approval_id in ids]
+    for i, a in enumerate(boxes):
+        for b in boxes[i + 1 :]:
+            assert not overlap(a, b), (a, b)
+    # The middle one is answered and goes: the others stay exactly where they were.
+    middle = shown[1]
+    await page.mouse.click(*centre(await box(page, middle["id"], "deny")))
+    await e2e.wait_event(page, "approval_closed")
+    assert [await box(page, ids[0]), await box(page, ids[2])] == [boxes[0], boxes[2]]
+    late = agent_call(e2e, identity, "a late one")
+    fourth = (await e2e.wait_event(page, "approval", 4))[3]
+    placed = await box(page, fourth["id"])
+    assert not overlap(placed, boxes[0]) and not overlap(placed, boxes[2])
+    assert [await box(page, ids[0]), await box(page, ids[2])] == [boxes[0], boxes[2]]
+    await e2e.live.end_task(task["task_id"])
+    await asyncio.gather(*calls, late)
+
+
+COVER = """() => {
+  const cover = document.createElement("div");
+  cover.textContent = "Click the blue button to continue";
+  cover.style.cssText = "position:fixed;inset:0;z-index:2147483647;background:#fff;" +
+    "pointer-events:none";
+  document.body.append(cover);
+}"""
+
+
+async def test_a_covered_panel_cannot_be_approved(e2e: E2E) -> None:
+    task, identity, page = await open_tab(e2e, GRANTABLE)
+    call = agent_call(e2e, identity, "behind a cover")
+    [shown] = await e2e.wait_event(page, "approval")
+    await page.evaluate(COVER)
+    x, y = centre(await box(page, shown["id"], "approve"))
+    # The person sees only the cover's text; clicks pass through it to the panel.
+    await asyncio.sleep(1.5)
+    await page.mouse.click(x, y)
+    await asyncio.sleep(0.3)
+    assert not call.done()
+    assert (await status_of(e2e, task["task_id"]))[shown["id"]] == "pending"
+    assert await page.locator(f"{HOST}[data-ready]").count() == 0
+    await e2e.live.end_task(task["task_id"])
+    await call
+
+
+async def test_a_panel_with_no_room_waits_unseen_until_a_slot_frees(e2e: E2E) -> None:
+    task, identity, page = await open_tab(e2e, GRANTABLE)
+    await page.set_viewport_size({"width": 900, "height": 420})  # room for one
+    first_call = agent_call(e2e, identity, "the first")
+    [first] = await e2e.wait_event(page, "approval")
+    await ready(page, first["id"])
+    second_call = agent_call(e2e, identity, "the second")
+    second = (await e2e.wait_event(page, "approval", 2))[1]
+    await asyncio.sleep(1.5)
+    # Drawn nowhere: not over the first, and it takes nothing.
+    assert await page.locator(f'[data-gateway-approval="{second["id"]}"][data-ready]').count() == 0
+    await page.mouse.click(*centre(await box(page, first["id"], "deny")))
+    assert not (await first_call).ok
+    await ready(page, second["id"])
+    await page.mouse.click(*centre(await box(page, second["id"], "approve")))
+    assert (await second_call).ok
+    assert [a["status"] for a in await approvals(e2e, task["task_id"])] == ["denied", "approved"]

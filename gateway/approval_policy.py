@@ -1,4 +1,10 @@
-"""A task's approval policy, captured with its identity, and which calls need a person."""
+"""A task's approval policy, captured with its identity; which calls need a person, and
+which channel may answer which need.
+
+A `Need` names the party that must answer it (`by`: the task's own user or the control
+plane) and why it asks (`reason`). `may_answer` is the one rule of which channel may settle
+which need: every door and the broker ask it, none decides it by hand.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +15,9 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_vali
 
 Approver = Literal["actor", "control"]
 Channel = Literal["tab", "control", "elicitation"]
+# Why a call waits: the task's `required`; a `grantable` entry beyond its grant; or the
+# tool's own ask inside its handler (`ctx.request_approval`).
+Reason = Literal["required", "beyond the grant", "the tool asks"]
 ToolId = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_.-]{1,128}$")]
 ScopeName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_.:*-]{1,128}$")]
 MAX_TIMEOUT_S = 600
@@ -56,7 +65,47 @@ class Need:
     """A call that waits for a person: who may answer, and why it asks."""
 
     by: Approver
-    reason: str  # "required", "beyond the grant", "the tool asks"
+    reason: Reason
+
+    @property
+    def widens(self) -> bool:
+        """Approving it lets the task do what its grant does not cover."""
+        return self.reason == "beyond the grant"
+
+    @property
+    def own_ask(self) -> bool:
+        """The tool's own ask inside its handler, not the gate in front of the tool."""
+        return self.reason == "the tool asks"
+
+    def grant_key(self, tool: str) -> str:
+        """Where "approve for this task" of this need is filed, so that it answers only
+        this need later. The gate in front of a tool is one need per task (the policy and
+        the identity are fixed at creation): the tool's id. A tool's own ask is apart, by
+        the party it names ('/' is in no tool id)."""
+        return f"{tool}/ask/{self.by}" if self.own_ask else tool
+
+    def public(self) -> dict[str, str]:
+        return {"by": self.by, "reason": self.reason}
+
+
+def may_answer(channel: Channel, need: Need, scope: str = "call") -> bool:
+    """Whether an answer through `channel`, of `scope` (`call`, or `task`: for the rest of
+    the task), may settle `need`. The one rule of who answers what (docs/approvals.md).
+
+    The control plane answers anything. A need the policy reserves for the control plane is
+    answered by nothing else. The tab is the person's own element (the broker also binds
+    the answer to the request's nonce and refuses a call made through that tab's WebMCP
+    door). An MCP form elicitation is answered by whatever the agent's client runs, so it
+    may confirm one call inside the grant (a `required` tool, the tool's own ask), never
+    widen the grant, nor grant anything for the rest of the task.
+    """
+    if channel == "control":
+        return True
+    if need.by == "control":
+        return False
+    if channel == "elicitation":
+        return not need.widens and scope == "call"
+    return True
 
 
 def _who(entries: list[Grantable]) -> Approver:

@@ -32,7 +32,13 @@ from gateway.evidence_log import EventLog
 from gateway.identity import TaskIdentity
 from gateway.metrics import Metrics
 from gateway.ports import Elicit, Placement
-from gateway.recording import input_digest, recorded_input, recorded_output
+from gateway.recording import (
+    declared_secrets,
+    input_digest,
+    masked,
+    recorded_input,
+    recorded_output,
+)
 from gateway.redaction import Redactor
 from gateway.registry import ProgressFn, Registry, Services, Tool, ToolContext
 from gateway.results import Door, ErrorCode, ToolError, ToolResult, ToolStatus
@@ -145,6 +151,15 @@ class _Asking:
     elicit: Elicit | None
     routed: bool = False  # sent here by another node: it runs here
     pause: _Pause = field(default_factory=_Pause)
+
+
+def _secret_values(call: _Call) -> list[str]:
+    """The values of the call's secret input fields, kept out of what a person is shown
+    (a handler's own summary may quote its input)."""
+    fields = call.context.secrets if call.context is not None else set()
+    if not isinstance(call.input, dict):
+        return []
+    return [v for k, v in call.input.items() if k in fields and isinstance(v, str) and v]
 
 
 def _jsonable(value: Any) -> Any:
@@ -283,6 +298,7 @@ class Pipeline:
                 services=self.services,
                 progress=progress,
                 asker=self._asker(call, asking) if self.approvals is not None else None,
+                secrets=declared_secrets(args),
             )
             keyed = tool.side_effects and idempotency_key is not None
             recorded = (
@@ -375,18 +391,21 @@ class Pipeline:
     async def _approve(
         self, call: _Call, tool: Tool, need: Need, digest: str, asking: _Asking
     ) -> None:
-        """Wait for a person, unless one already granted this tool for the whole task."""
+        """Wait for a person, unless one already granted this need (the gate in front of
+        this tool, for the party the policy names) for the whole task."""
         assert self.approvals is not None
         assert call.context is not None
-        grant = await self.approvals.grant(call.identity.task_id, tool.name)
+        grant = await self.approvals.granted(call.identity.task_id, tool.name, need)
         if grant is not None:
             call.context.evidence["approval"] = {"granted_for_task": grant["approval_id"]}
             call.context.approved_by = dict(grant["by"])
             return
+        # What a person reads never holds what evidence would not keep.
+        shown = masked(call.input, call.context.secrets)
         summary = (
-            tool.approval_summary(call.input)
+            tool.approval_summary(shown)
             if tool.approval_summary is not None
-            else default_summary(tool.title, tool.name, call.input)
+            else default_summary(tool.title, tool.name, shown)
         )
         request = await self.approvals.ask(
             call.identity,
@@ -400,6 +419,7 @@ class Pipeline:
             cancel=asking.cancel,
             progress=asking.progress,
             elicit=asking.elicit,
+            secret_values=_secret_values(call),
         )
         call.context.evidence["approval"] = {"approval_id": request.id}
         if request.decision is not None:
@@ -415,13 +435,22 @@ class Pipeline:
 
         async def ask(summary: str, details: dict[str, Any] | None, by: Approver) -> None:
             identity = call.identity
+            need = Need(by, "the tool asks")
+            # Approved for the task, this ask is not asked again (the gate before the tool
+            # was passed on its own terms).
+            grant = await approvals.granted(identity.task_id, call.tool_name, need)
+            if grant is not None:
+                if call.context is not None:
+                    granted = call.context.evidence.setdefault("asks_granted_for_task", [])
+                    granted.append(grant["approval_id"])
+                return
             digest = input_digest(call.input)
             asking.pause.begin()
             try:
                 request = await approvals.ask(
                     identity,
                     policy=identity.approvals,
-                    need=Need(by, "the tool asks"),
+                    need=need,
                     call_id=call.call_id,
                     tool=call.tool_name,
                     door=call.door,
@@ -431,6 +460,7 @@ class Pipeline:
                     cancel=asking.cancel,
                     progress=asking.progress,
                     elicit=asking.elicit,
+                    secret_values=_secret_values(call),
                 )
             finally:
                 asking.pause.end()

@@ -2,6 +2,9 @@
 
 - An input field the handler marked secret (a value typed into a password field, or one
   the caller marked secret) is kept as `[secret: N chars]`: what was done, not the value.
+  An input model that knows its secret fields from the input alone says so
+  (`secret_fields()`), so they are masked before the handler runs: in what a person is
+  asked to approve, and in the evidence of a call refused before it ran.
 - A string longer than the bound (a file written to the workspace, a page's text) is kept
   as its size and sha256: the record still says what was there, and a copy can be checked
   against it, without the database holding every byte of every write.
@@ -14,7 +17,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 # A written file's body is the common large input; 4 KiB keeps any plain argument whole.
 INPUT_TEXT_MAX = 4 * 1024
@@ -44,12 +47,30 @@ def condensed(value: Any, limit: int, _depth: int = 0) -> Any:
     return value
 
 
-def recorded_input(value: Any, secret_fields: Iterable[str] = ()) -> Any:
-    """A call's input as its evidence keeps it."""
+@runtime_checkable
+class SecretInput(Protocol):
+    """An input model whose secret fields follow from the input itself (a fill marked
+    `secret: true`)."""
+
+    def secret_fields(self) -> Iterable[str]: ...
+
+
+def declared_secrets(args: object) -> set[str]:
+    """The fields a validated input declares secret, known before its handler runs."""
+    return set(args.secret_fields()) if isinstance(args, SecretInput) else set()
+
+
+def masked(value: Any, secret_fields: Iterable[str]) -> Any:
+    """`value` with its secret fields' values replaced by `[secret: N chars]`."""
     fields = set(secret_fields)
     if fields and isinstance(value, Mapping):
-        value = {k: secret(v) if k in fields else v for k, v in value.items()}
-    return condensed(value, INPUT_TEXT_MAX)
+        return {k: secret(v) if k in fields else v for k, v in value.items()}
+    return value
+
+
+def recorded_input(value: Any, secret_fields: Iterable[str] = ()) -> Any:
+    """A call's input as its evidence keeps it."""
+    return condensed(masked(value, secret_fields), INPUT_TEXT_MAX)
 
 
 def recorded_output(value: Any) -> Any:

@@ -6,6 +6,9 @@ bearer credentials, signed gateway tokens, JWTs, cookie headers, AWS access key 
 GitHub, Slack and Stripe tokens, PEM private keys, passwords in URLs, the values of the
 gateway's own secrets and of secret-looking environment variables, and host-local absolute
 paths (home directories, the data dir, /tmp, /root...), which are replaced by a placeholder.
+
+A number under a `tokens` key (`max_tokens`, `estimated_tokens`) is a count of a language
+model's tokens, not a credential, and is kept: a person approving a run reads its cost.
 """
 
 from __future__ import annotations
@@ -22,6 +25,8 @@ _SECRET_KEY = re.compile(
     r"(?i)(^|[_\-.])(token|secret|password|passwd|pwd|authorization|cookie|set-cookie|"
     r"api[_-]?key|apikey|credential|private[_-]?key|session[_-]?id|bearer)s?($|[_\-.])"
 )
+# The plural alone: `tokens: 5000` counts, `token: 5000` may be a numeric secret.
+_COUNT_KEY = re.compile(r"(?i)(^|[_\-.])tokens($|[_\-.])")
 _PATTERNS = [
     # Authorization-style credentials anywhere in text.
     re.compile(r"(?i)\b(bearer|basic|token)\s+[A-Za-z0-9._~+/=-]{8,}"),
@@ -122,6 +127,14 @@ CLEAN_MAX_CHARS = 96
 CLEAN_MAX_ENTRIES = 8192
 
 
+def _is_count(key: str, item: Any) -> bool:
+    return (
+        isinstance(item, int | float)
+        and not isinstance(item, bool)
+        and _COUNT_KEY.search(key) is not None
+    )
+
+
 class Redactor:
     """Redacts known secret values and secret-shaped text; built once per gateway."""
 
@@ -177,7 +190,9 @@ class Redactor:
                 skey = self.text(key if isinstance(key, str) else str(key))
                 out[skey] = (
                     REDACTED
-                    if _SECRET_KEY.search(str(key)) and item not in (None, "", [], {})
+                    if _SECRET_KEY.search(str(key))
+                    and item not in (None, "", [], {})
+                    and not _is_count(str(key), item)
                     else self.value(item, _depth=_depth + 1)
                 )
             return out

@@ -104,7 +104,11 @@ class Gateway:
             quota=settings.evidence_max_events_per_task,
             metrics=self.metrics.registry,
         )
-        self.approvals = Approvals(self.store, self.events)
+        self.approvals = Approvals(
+            self.store,
+            self.events,
+            max_pending_per_task=settings.max_pending_approvals_per_task,
+        )
         self.pipeline = Pipeline(
             self.registry,
             self.tasks,

@@ -93,6 +93,8 @@ class Settings(BaseSettings):
     workspace_max_bytes: int = Field(default=256 * 1024 * 1024, ge=1)
     workspace_max_files: int = Field(default=10_000, ge=1)
     max_live_tasks_per_org: int = Field(default=100, ge=1)
+    # Approval requests one task may have waiting for a person at once.
+    max_pending_approvals_per_task: int = Field(default=16, ge=1, le=1000)
     # Sandboxes provisioned per task (docs/sandbox.md). Repositories a task may name, as
     # JSON {name: {path, command, health_path, env, read_only, ready_timeout_s}}; the
     # limits a task may ask for at most (and gets when it names none); where checkouts and

@@ -83,6 +83,20 @@ def test_secret_keys_are_blanked_whatever_their_value() -> None:
     }
 
 
+def test_a_count_of_model_tokens_is_kept_and_a_token_string_is_not() -> None:
+    counts = {"estimated_tokens": 5000, "max_tokens": 1.5, "tokens": 12}
+    assert redactor.value(counts) == counts
+    out = redactor.value(
+        {"tokens": "abc123xyz", "token": 123456, "password": 4321, "access_tokens": True}
+    )
+    assert out == {
+        "tokens": "[redacted]",
+        "token": "[redacted]",
+        "password": "[redacted]",
+        "access_tokens": "[redacted]",
+    }
+
+
 def test_relative_workspace_paths_and_plain_text_survive() -> None:
     text = "edit src/app.py and README.md; the run took 12 s"
     assert redactor.text(text) == text

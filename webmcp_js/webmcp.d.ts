@@ -63,8 +63,10 @@ export interface ConnectOptions {
   /** Register the catalog as WebMCP tools (default true). */
   webmcp?: boolean;
   /** Where the shim puts its approval elements (default: document.body). Restyle them
-   * through their parts: panel, title, summary, details, actions, button, deny, approve,
-   * approve-task, note. */
+   * through their parts: panel, title, summary, details, scope, actions, button, deny,
+   * approve, approve-task, note. A panel's buttons take an answer only once it has been
+   * wholly in view, unoccluded and unmoved for `ARM_MS` (its host then has `data-ready`);
+   * a layout of the host's own must keep panels still, or they do not wake. */
   approvalContainer?: HTMLElement;
 }
 
@@ -76,6 +78,8 @@ export interface ShownApproval {
   details: Record<string, unknown>;
   /** "control": someone else decides, and the tab shows it as waiting. */
   by: "actor" | "control";
+  /** Why it asks: the task's `required`, beyond its grant, or the tool's own ask. */
+  reason: "required" | "beyond the grant" | "the tool asks";
   /** Whether this tab's person may answer it here. */
   answerable: boolean;
   expires_at: number;
@@ -108,7 +112,9 @@ export interface RegisteredView { name: string; title: string; params_schema: Re
 /**
  * Events: "welcome", "request", "applied", "cancel", "stale", "refused", "error", "toolerror",
  * "bye", "disconnect", "closed", "approval" (a `ShownApproval`), "approval_closed"
- * (`{id, status}`), "approval_refused" (`{id, reason}`: a script's click, not a person's)
+ * (`{id, status}`), "approval_ready" (`{id}`: its buttons now take an answer),
+ * "approval_refused" (`{id, reason}`: "untrusted_event", a script's click, not a person's;
+ * "not_ready", a click on a panel that moved or was not yet still)
  * (CustomEvent; details in `event.detail`).
  */
 export interface GatewaySession extends EventTarget {

@@ -288,7 +288,8 @@ async def approve_as_person(page: Any, stack: ExampleStack, door: Door) -> str:
     not approve), on the admin page. Returns where it was approved."""
     if door.name != "webmcp":
         host = "#assistant-approvals [data-gateway-approval]"
-        await page.wait_for_selector(host, timeout=10_000)
+        # Its buttons take an answer once it has held still in view (`data-ready`).
+        await page.wait_for_selector(f"{host}[data-ready]", state="attached", timeout=10_000)
         # Focus lands on Deny; Tab moves to "Approve once".
         await page.focus(host)
         await page.keyboard.press("Tab")

@@ -18,13 +18,12 @@ import json
 import logging
 import secrets
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from gateway.approval_policy import ApprovalPolicy, Approver, Channel, Need
-from gateway.approvals.channels import form_may_answer, tab_may_answer
-from gateway.errors import GatewayError, InvalidInput, NotFound, ToolFailure
+from gateway.approval_policy import ApprovalPolicy, Approver, Channel, Need, Reason, may_answer
+from gateway.errors import GatewayError, InvalidInput, NotFound, QuotaExceeded, ToolFailure
 from gateway.evidence_log import EventLog
 from gateway.identity import TaskIdentity
 from gateway.ports import Elicit
@@ -38,6 +37,9 @@ Status = Literal["pending", "approved", "denied", "expired", "cancelled"]
 SUMMARY_CHARS = 2000
 # How often a waiting call tells its client it is still waiting (MCP progress).
 KEEPALIVE_S = 10.0
+# Requests one task may have waiting at once: each is a row, evidence and a panel in the
+# person's tab, and no person answers dozens at once.
+MAX_PENDING_PER_TASK = 16
 
 
 class ApprovalConflict(GatewayError):
@@ -93,11 +95,22 @@ class ApprovalRequest:
     decision: Decision | None = None
     # One-time, for the tab: an answer must carry it, and it is spent with the answer.
     nonce: str = field(default_factory=lambda: secrets.token_urlsafe(18))
-    reason: str = ""
+    reason: Reason = "beyond the grant"
+
+    @property
+    def need(self) -> Need:
+        return Need(self.by, self.reason)
+
+    def may_answer(self, channel: Channel, scope: str = "call") -> bool:
+        """Whether this task's policy and the need let `channel` settle the request with
+        an answer of `scope`."""
+        return channel in self.channels and may_answer(channel, self.need, scope)
 
     @property
     def answerable_in_tab(self) -> bool:
-        return tab_may_answer({"channels": self.channels, "by": self.by, "door": self.door})
+        # A call made through the tab's own WebMCP door is not approved in that same tab:
+        # an agent driving the page can press its buttons.
+        return self.may_answer("tab") and self.door != Door.WEBMCP
 
     def shown(self) -> dict[str, Any]:
         """What the tab shows: text only, and the nonce only where the tab may answer."""
@@ -108,6 +121,7 @@ class ApprovalRequest:
             "summary": self.summary,
             "details": self.details,
             "by": self.by,
+            "reason": self.reason,
             "answerable": answerable,
             "status": self.status,
             "expires_at": self.expires_at,
@@ -145,9 +159,15 @@ Listener = Callable[[ApprovalRequest], None]
 
 class Approvals:
     def __init__(
-        self, store: Store, events: EventLog, *, clock: Callable[[], float] = time.time
+        self,
+        store: Store,
+        events: EventLog,
+        *,
+        clock: Callable[[], float] = time.time,
+        max_pending_per_task: int = MAX_PENDING_PER_TASK,
     ) -> None:
         self.store = store
+        self.max_pending_per_task = max_pending_per_task
         self.events = events
         self._clock = clock
         self._pending: dict[str, ApprovalRequest] = {}
@@ -158,6 +178,7 @@ class Approvals:
         self._waiters: dict[str, asyncio.Future[ApprovalRequest]] = {}
         self._grants: dict[str, dict[str, dict[str, Any]]] = {}
         self._listeners: list[Listener] = []
+        self._granting = asyncio.Lock()
 
     async def recover(self) -> None:
         """At start: requests a stopped process left pending are cancelled (their calls are
@@ -180,16 +201,38 @@ class Approvals:
 
     # -- grants for the task ----------------------------------------------------------
 
-    async def grant(self, task_id: str, tool: str) -> dict[str, Any] | None:
-        """What a person granted for the rest of the task for this tool, if anything."""
+    async def _task_grants(self, task_id: str) -> dict[str, dict[str, Any]]:
         grants = self._grants.get(task_id)
         if grants is None:
             grants = self._grants[task_id] = await self.store.task_grants(task_id)
-        return grants.get(tool)
+        return grants
 
-    async def grants(self, task_id: str) -> dict[str, dict[str, Any]]:
+    async def granted(self, task_id: str, tool: str, need: Need) -> dict[str, Any] | None:
+        """What a person granted for the rest of the task that answers exactly this need of
+        this tool, if anything: filed under the need, and given for the party it names (a
+        grant of the tool's own ask never opens the gate in front of the tool, an actor's
+        grant never a control need)."""
+        grant = (await self._task_grants(task_id)).get(need.grant_key(tool))
+        if grant is None or grant.get("need") != need.public():
+            return None
+        return grant
+
+    async def _all_grants(self, task_id: str) -> dict[str, dict[str, Any]]:
         cached = self._grants.get(task_id)
         return dict(cached) if cached is not None else await self.store.task_grants(task_id)
+
+    async def grants(self, task_id: str) -> dict[str, dict[str, Any]]:
+        """The tools granted for the rest of the task (the gate in front of each), by id."""
+        return {k: v for k, v in (await self._all_grants(task_id)).items() if "/" not in k}
+
+    async def granted_asks(self, task_id: str) -> list[dict[str, Any]]:
+        """The tools' own asks granted for the rest of the task: each tool still passes
+        its gate as its grant says, and only the ask is not asked again."""
+        return [
+            {"tool": key.split("/", 1)[0], **grant}
+            for key, grant in (await self._all_grants(task_id)).items()
+            if "/" in key
+        ]
 
     # -- asking -----------------------------------------------------------------------
 
@@ -208,8 +251,27 @@ class Approvals:
         cancel: asyncio.Event | None = None,
         progress: ProgressFn | None = None,
         elicit: Elicit | None = None,
+        secret_values: Iterable[str] = (),
     ) -> ApprovalRequest:
-        """Store, deliver and await one request; the approved request, or a ToolFailure."""
+        """Store, deliver and await one request; the approved request, or a ToolFailure.
+
+        `summary` and `details` are redacted here, once, on evidence's rules, before the
+        request is stored, shown or sent anywhere; `secret_values` (the call's secret input
+        fields) are taken out of them first."""
+        waiting = sum(r.status == "pending" for r in self.pending(identity.task_id))
+        if waiting >= self.max_pending_per_task:
+            # Nothing is stored or shown: the call ends here, and a retry once one of
+            # the task's requests is answered can be asked.
+            raise QuotaExceeded(
+                f"this task already has {waiting} approvals waiting for a person, its "
+                f"limit; {tool} was not asked for and did not run",
+                details={
+                    "quota": "pending_approvals",
+                    "limit": self.max_pending_per_task,
+                    "current": waiting,
+                    "adding": 1,
+                },
+            )
         now = self._clock()
         request = ApprovalRequest(
             id=new_id("apr"),
@@ -219,8 +281,8 @@ class Approvals:
             tool=tool,
             door=door.value,
             input_sha256=input_digest,
-            summary=_text_only(summary),
-            details=details or {},
+            summary=self._redacted(_text_only(summary), secret_values),
+            details=self._redacted(details or {}, secret_values),
             by=need.by,
             channels=policy.channels,
             created_at=now,
@@ -257,6 +319,10 @@ class Approvals:
                 helper.cancel()
             self._forget(request.id)
         return request
+
+    def _redacted(self, value: Any, secret_values: Iterable[str]) -> Any:
+        hidden = sorted({v for v in secret_values if v}, key=len, reverse=True)
+        return self.events.redactor.value(_without(value, hidden))
 
     def _forget(self, approval_id: str) -> None:
         self._waiters.pop(approval_id, None)
@@ -401,16 +467,18 @@ class Approvals:
             raise ApprovalRefused(
                 f"this task's approvals are not answered through {decision.channel}"
             )
-        if decision.channel != "control":
+        if not request.may_answer(decision.channel, decision.scope):
             if request.by == "control":
                 raise ApprovalRefused("this approval is for the control plane to give")
-            if decision.channel == "elicitation" and not form_may_answer(
-                request.public(), decision.scope
-            ):
+            if decision.channel == "elicitation":
                 raise ApprovalRefused(
                     "a form at the agent's client may confirm one call inside the grant, "
                     "nothing more"
                 )
+            raise ApprovalRefused(
+                f"an answer through {decision.channel} may not widen the task's grant"
+            )
+        if decision.channel != "control":
             if decision.channel == "tab":
                 if not request.answerable_in_tab:
                     raise ApprovalRefused("this approval is not answered in this tab")
@@ -425,23 +493,54 @@ class Approvals:
                 decision.message,
             )
         status: Status = "approved" if decision.decision == "approve" else "denied"
-        public = decision.public()
-        rows = [self._row(identity, "approval.decided", request, {**public, "status": status})]
-        grant = None
         if status == "approved" and decision.scope == "task":
-            grant = {"approval_id": request.id, "by": public["approver"], "at": self._clock()}
-            rows.append(self.store.grant_row(task_id, request.tool, grant))
-        if not await self.store.settle_approval(approval_id, status, public, self._clock(), rows):
-            raise ApprovalConflict("the approval is already decided")
-        request.status, request.decision = status, decision
-        request.nonce = ""  # spent
-        if grant is not None:
-            self._grants.setdefault(task_id, {})[request.tool] = grant
-        self._tell(request)
+            # One at a time: whether the need is granted already is read and the grant
+            # written in one turn, so two answers "for this task" never both write it.
+            async with self._granting:
+                await self._settle(identity, request, decision, status, grants=True)
+        else:
+            await self._settle(identity, request, decision, status, grants=False)
         waiter = self._waiters.get(approval_id)
         if waiter is not None and not waiter.done():
             waiter.set_result(request)
         return request
+
+    async def _settle(
+        self,
+        identity: TaskIdentity,
+        request: ApprovalRequest,
+        decision: Decision,
+        status: Status,
+        *,
+        grants: bool,
+    ) -> None:
+        task_id = identity.task_id
+        public = decision.public()
+        rows = [self._row(identity, "approval.decided", request, {**public, "status": status})]
+        key = request.need.grant_key(request.tool)
+        held: dict[str, dict[str, Any]] | None = None
+        grant = None
+        if grants:
+            # Read from the store, not this node's cache: the task may have had another
+            # owner since the cache was filled.
+            held = await self.store.task_grants(task_id)
+            if key not in held:
+                grant = {
+                    "approval_id": request.id,
+                    "by": public["approver"],
+                    "at": self._clock(),
+                    "need": request.need.public(),
+                }
+                rows.append(self.store.grant_row(task_id, key, grant))
+            # else: granted already, by an answer to another of the task's requests; this
+            # one approves its own call and the first grant stands.
+        if not await self.store.settle_approval(request.id, status, public, self._clock(), rows):
+            raise ApprovalConflict("the approval is already decided")
+        request.status, request.decision = status, decision
+        request.nonce = ""  # spent
+        if held is not None:
+            self._grants[task_id] = {**held, **({key: grant} if grant is not None else {})}
+        self._tell(request)
 
     async def answer(
         self,
@@ -517,6 +616,21 @@ class Approvals:
             },
         )
         return row
+
+
+def _without(value: Any, hidden: list[str], depth: int = 0) -> Any:
+    """`value` with each of the `hidden` strings, wherever they occur, made `[secret]`."""
+    if not hidden or depth > 64:
+        return value
+    if isinstance(value, str):
+        for secret in hidden:
+            value = value.replace(secret, "[secret]")
+        return value
+    if isinstance(value, dict):
+        return {k: _without(v, hidden, depth + 1) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_without(v, hidden, depth + 1) for v in value]
+    return value
 
 
 def _text_only(summary: str) -> str:

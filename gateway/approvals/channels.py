@@ -1,41 +1,38 @@
-"""Which channel may answer what, by what the agent can reach.
+"""Which channel may answer what, for a door that holds a request's public form only.
 
-A form elicitation is answered by whatever the agent's MCP client runs: a person, or the
-agent itself. So a form may confirm one call the task's grant already covers (a tool the
-product requires a person for, a handler's own ask), and nothing more: no need beyond the
-grant, no grant for the rest of the task, nothing the control plane must decide. Beyond
-that only channels outside the agent's reach answer: the task's tab (an element the shim
-owns, real input events only), the control plane, or a page the person opens in their own
-browser (URL-mode elicitation only carries the link; the answer is given on that page).
+The rule is `gateway.approval_policy.may_answer`; these read it for the MCP door, which
+sees a pending request as its public form (`ApprovalRequest.public()`), to decide what to
+offer the agent's client: a form elicitation where a form may answer (one call inside the
+grant), a link to the person's own page (URL-mode elicitation only carries the link; the
+answer is given on that page) where the tab may.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, cast
 
+from gateway.approval_policy import Approver, Need, Reason, may_answer
 from gateway.results import Door
 
-# The reasons a call waits (`Need.reason`) for which the grant already covers the call.
-INSIDE_THE_GRANT = frozenset({"required", "the tool asks"})
+
+def _need(request: Mapping[str, Any]) -> Need:
+    return Need(by=cast(Approver, request.get("by")), reason=cast(Reason, request.get("reason")))
 
 
 def form_may_answer(request: Mapping[str, Any], scope: str = "call") -> bool:
-    """Whether an answer through a form elicitation may decide `request` (its public form)
-    with this scope."""
-    return (
-        request.get("by") == "actor"
-        and request.get("reason") in INSIDE_THE_GRANT
-        and scope == "call"
+    """Whether an answer through a form elicitation may decide `request` with `scope`."""
+    return "elicitation" in request.get("channels", ()) and may_answer(
+        "elicitation", _need(request), scope
     )
 
 
 def tab_may_answer(request: Mapping[str, Any]) -> bool:
-    """Whether the task's tab may answer `request` (its public form). A call made through
-    the tab's own WebMCP door is not approved in that same tab: an agent driving the page
-    can press its buttons."""
+    """Whether the task's tab may answer `request`. A call made through the tab's own WebMCP
+    door is not approved in that same tab: an agent driving the page can press its
+    buttons."""
     return (
         "tab" in request.get("channels", ())
-        and request.get("by") == "actor"
+        and may_answer("tab", _need(request))
         and request.get("door") != Door.WEBMCP.value
     )

@@ -100,6 +100,10 @@ class FillInput(_Action):
         "field is always treated so.",
     )
 
+    def secret_fields(self) -> list[str]:
+        # Known from the input alone, so masked before the fill runs (or is refused).
+        return ["value"] if self.secret else []
+
 
 class PressInput(_Action):
     ref: str | None = Field(default=None, pattern=REF_PATTERN)

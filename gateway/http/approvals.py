@@ -1,5 +1,10 @@
 """`/v1/tasks/{id}/approvals`: what a task waits for a person to decide, and the control
-plane's answer (for hosts whose backend decides after its own user check)."""
+plane's answer (for hosts whose backend decides after its own user check).
+
+The listing is read by those who may answer it: the control plane and the task's tab. The
+agent and the bridge act under the grant being decided, so they learn of a request through
+their call's own result, not by reading what the person is asked.
+"""
 
 from __future__ import annotations
 
@@ -11,10 +16,11 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
 from gateway.approvals.broker import Decision
-from gateway.errors import InvalidInput
-from gateway.http.edge import Access, parse_body, read_json
+from gateway.errors import AuthError, Forbidden, InvalidInput
+from gateway.http.edge import Access, credential, parse_body, read_json
 from gateway.identity import Name, TaskIdentity
 from gateway.runtime import Gateway
+from gateway.tokens import Purpose
 
 # The errand a node sends the task's owner with a control-plane decision.
 DECIDE = "approval.decide"
@@ -43,13 +49,23 @@ def routes(gw: Gateway) -> list[BaseRoute]:
 
     async def listing(request: Request) -> Response:
         task_id = request.path_params["task_id"]
-        await access.task_member(request, task_id)
+        # A token of another task is 404 and a bad one 401, whatever its purpose.
+        member = await access.task_member(request, task_id)
+        if member is not None:
+            try:
+                gw.tasks.claims(credential(request), Purpose.TAB)
+            except AuthError:
+                raise Forbidden(
+                    "a task's approvals are read by those who answer them: the control "
+                    "plane and the task's tab"
+                ) from None
         await gw.tasks.get(task_id)
         return JSONResponse(
             {
                 "task_id": task_id,
                 "approvals": await gw.approvals.listing(task_id),
                 "grants": await gw.approvals.grants(task_id),
+                "granted_asks": await gw.approvals.granted_asks(task_id),
             }
         )
 

@@ -1,5 +1,5 @@
 """`/v1/tasks/{id}/approvals` over a real loopback server, from every side: the control
-plane decides, the task's own tokens read, everyone else finds nothing or is refused."""
+plane decides, the task's tab reads, everyone else finds nothing or is refused."""
 
 from __future__ import annotations
 
@@ -75,13 +75,18 @@ async def test_the_control_plane_approves_and_the_call_runs(live: Live) -> None:
     assert again.json()["error"]["code"] == "conflict"
 
 
-async def test_every_token_of_the_task_reads_and_none_decides(live: Live) -> None:
+async def test_the_tab_reads_the_agent_and_bridge_do_not_and_no_token_decides(
+    live: Live,
+) -> None:
     task, call, approval_id = await waiting(live)
     url = f"/v1/tasks/{task['task_id']}/approvals"
-    for token in task["tokens"].values():
+    for purpose, token in task["tokens"].items():
         read = await live.http.get(url, headers=bearer(token))
-        assert read.status_code == 200
-        assert read.json()["approvals"][0]["approval_id"] == approval_id
+        if purpose == "tab":
+            assert read.status_code == 200
+            assert read.json()["approvals"][0]["approval_id"] == approval_id
+        else:
+            assert read.status_code == 403, purpose
         decided = await live.http.post(f"{url}/{approval_id}", json=DECISION, headers=bearer(token))
         assert decided.status_code == 401
     assert not call.done()

@@ -81,7 +81,7 @@ window.start = async (options) => {
   window.session = session;
   for (const type of ["welcome", "request", "applied", "cancel", "stale", "refused", "error",
                       "toolerror", "bye", "disconnect", "closed", "approval", "approval_closed",
-                      "approval_refused"]) {
+                      "approval_refused", "approval_ready"]) {
     session.addEventListener(type, (event) => window.events.push({ ...event.detail, type }));
   }
   const tools = session.tools.map((t) => t.name);

@@ -57,7 +57,9 @@ def test_the_assistant_fills_the_draft_and_the_admin_approves_the_save(
         target=lambda: saved.update(mcp_agent.call("agents.save_draft", {"agent_id": agent_id}))
     )
     saving.start()
-    page.wait_for_selector("#assistant-approvals [data-gateway-approval]")
+    # Its buttons take an answer once it has held still in view.
+    ready = "#assistant-approvals [data-gateway-approval][data-ready]"
+    page.wait_for_selector(ready, state="attached")
     page.focus("#assistant-approvals [data-gateway-approval]")
     page.keyboard.press("Tab")  # from Deny to Approve once
     page.keyboard.press("Enter")
