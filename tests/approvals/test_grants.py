@@ -102,10 +102,11 @@ async def test_an_actors_task_grant_of_the_tools_own_ask_does_not_open_the_contr
     [gate] = await asked(gw, ident.task_id)
     assert gate.by == "control"
     await gw.approvals.decide(ident, gate.id, control("approve", "call"))
-    # Inside the handler, the product's cost check: the user says "for this task".
+    # Inside the handler, the product's cost check: the user says "for this task" in the
+    # tab; a form at the agent's client can only confirm this one call.
     ask = await _next_request(gw, ident.task_id, gate.id)
     assert ask.by == "actor"
-    await in_tab(gw, ident, ask, channel=channel)
+    await in_tab(gw, ident, ask, scope="task" if channel == "tab" else "call", channel=channel)
     assert (await first).ok
     assert ran.tokens == [5000]
 
