@@ -112,7 +112,9 @@ class Settings(BaseSettings):
     sandbox_keep_data_max_bytes: int = Field(default=64 * 1024 * 1024, ge=0)
     # What one sandbox's files may take: its checkout, its data, its /tmp (JSON).
     sandbox_budgets: Budgets = DEFAULT_BUDGETS
-    example: bool = True
+    # `gateway serve` serves the example dashboard beside the gateway (`--example`): off
+    # unless asked, as its sign-in asks no password and it holds the control key.
+    example: bool = False
     example_port: int = Field(default=8001, ge=0, le=65535)
     # `gateway serve` gives each assistant task of the example its own sandbox of the app
     # at the repository's current commit (false: the shared instance beside the dashboard).
