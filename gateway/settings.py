@@ -136,6 +136,11 @@ class Settings(BaseSettings):
     # one process, as without a cluster. A cluster needs PostgreSQL and shared keys.
     node_id: str | None = Field(default=None, pattern=r"^[A-Za-z0-9][A-Za-z0-9_-]{0,62}$")
     nats_url: str | None = None
+    # The NATS user this node connects as (default: its node id) and its password: a user
+    # per node, each allowed only its own subjects (docs/deploy.md). Without a password
+    # the node connects with none, and warns that any local process then reads its bus.
+    nats_user: str | None = None
+    nats_password: str | None = None
     cluster_beat_s: float = Field(default=1.0, gt=0, le=60)
     # Remote Playwright browser servers (`playwright run-server`) a node may open task
     # contexts on, besides its own Chromium; a new context goes to the least loaded.

@@ -30,19 +30,21 @@ from gateway.testing.haproxy import (
     haproxy,
     render_config,
 )
-from gateway.testing.nats import nats_server
+from gateway.testing.nats import NatsUser, nats_server
 from gateway.testing.postgres import Cluster
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"
 
 # -- NATS --------------------------------------------------------------------------------
 
+ANYONE = NatsUser("anyone", "anyone-password-0123456789")
+
 
 @pytest.mark.parametrize("take_away", ["stop", "kill"])
 async def test_a_client_is_served_again_when_nats_comes_back_on_its_port(
     tmp_path: Path, nats_bin: Path, take_away: str
 ) -> None:
-    with nats_server(tmp_path / "nats.log") as server:
+    with nats_server(tmp_path / "nats.log", users=[ANYONE]) as server:
         reconnected = asyncio.Event()
 
         async def on_reconnect() -> None:
@@ -53,6 +55,7 @@ async def test_a_client_is_served_again_when_nats_comes_back_on_its_port(
 
         client = await nats.connect(
             server.url,
+            **ANYONE.credentials,
             reconnected_cb=on_reconnect,
             max_reconnect_attempts=-1,
             reconnect_time_wait=1,
@@ -78,7 +81,7 @@ async def test_a_client_is_served_again_when_nats_comes_back_on_its_port(
 
 
 def test_nats_listens_on_loopback_only(tmp_path: Path, nats_bin: Path) -> None:
-    with nats_server(tmp_path / "nats.log") as server:
+    with nats_server(tmp_path / "nats.log", users=[ANYONE]) as server:
         assert server.url == f"nats://127.0.0.1:{server.port}"
         log = (tmp_path / "nats.log").read_text()
         assert f"Listening for client connections on 127.0.0.1:{server.port}" in log

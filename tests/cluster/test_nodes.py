@@ -1,7 +1,9 @@
 """Two gateway nodes in one process, on a real PostgreSQL and a real NATS server: calls go to
 the task's owner and leave their evidence once, a tab that comes to a node takes the task,
 ends reach every node, a side effect from an old epoch is not accepted, and a key whose
-call died with its node is `in_doubt`, never run again."""
+call died with its node is `in_doubt`, never run again. The NATS server lets in the two
+nodes' users and a `tap`, a user allowed everything, which the attacker-side tests use to
+read and answer what a node's own credentials may not."""
 
 from __future__ import annotations
 
@@ -14,7 +16,6 @@ from typing import Any
 
 import httpx
 import pytest
-from itsdangerous import TimestampSigner
 from pydantic import BaseModel
 from sqlalchemy import func, select
 from starlette.applications import Starlette
@@ -36,7 +37,7 @@ from gateway.settings import Settings
 from gateway.store import schema
 from gateway.tasks import TaskCreate
 from gateway.testing import test_settings
-from gateway.testing.nats import NatsServer, nats_server
+from gateway.testing.nats import NatsServer, NatsUser, nats_server, node_user
 from gateway.testing.postgres import Cluster
 from gateway.testing.waiting import until, until_true
 from gateway.tokens import Purpose, new_key
@@ -98,9 +99,13 @@ def tools(node: str, ran: Ran) -> list[Tool]:
     ]
 
 
+TAP = NatsUser("tap", "tap-password-0123456789")
+
+
 @pytest.fixture(scope="module")
 def nats(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NatsServer]:
-    with nats_server(tmp_path_factory.mktemp("nats") / "nats.log") as server:
+    users = [node_user("node-a"), node_user("node-b"), TAP]
+    with nats_server(tmp_path_factory.mktemp("nats") / "nats.log", users=users) as server:
         yield server
 
 
@@ -116,14 +121,16 @@ def shared(postgres: Cluster, nats: NatsServer) -> dict[str, Any]:
     }
 
 
-def node_settings(tmp_path: Path, name: str, shared: dict[str, Any]) -> Settings:
-    return test_settings(tmp_path / name, node_id=name, **shared)
+def node_settings(tmp_path: Path, name: str, shared: dict[str, Any], nats: NatsServer) -> Settings:
+    password = nats.users[name].password
+    return test_settings(tmp_path / name, node_id=name, nats_password=password, **shared)
 
 
 class Nodes:
-    def __init__(self, tmp_path: Path, shared: dict[str, Any]) -> None:
+    def __init__(self, tmp_path: Path, shared: dict[str, Any], nats: NatsServer) -> None:
         self.tmp_path = tmp_path
         self.shared = shared
+        self.nats = nats
         self.gateways: dict[str, Gateway] = {}
         self.apps: dict[str, Starlette] = {}
         self.ran = Ran()
@@ -137,7 +144,7 @@ class Nodes:
         )
 
     async def start(self, name: str) -> Gateway:
-        gw = Gateway(node_settings(self.tmp_path, name, self.shared))
+        gw = Gateway(node_settings(self.tmp_path, name, self.shared, self.nats))
         # The node's HTTP door for approvals, served in process (the gateway is started
         # here, not by the app's lifespan).
         self.apps[name] = build_app(gateway=gw, extensions=[join_cluster, approval_routes])
@@ -160,25 +167,23 @@ def node_of(gw: Gateway) -> ClusterNode:
 
 
 @pytest.fixture
-async def nodes(tmp_path: Path, shared: dict[str, Any]) -> AsyncIterator[Nodes]:
-    cluster = Nodes(tmp_path, shared)
+async def nodes(tmp_path: Path, shared: dict[str, Any], nats: NatsServer) -> AsyncIterator[Nodes]:
+    cluster = Nodes(tmp_path, shared, nats)
     try:
         yield cluster
     finally:
         await cluster.close()
 
 
-def sign(value: dict[str, Any], key: str, purpose: str) -> bytes:
-    """An envelope as a node signs one (with `key`, which may not be the cluster's)."""
-    return node_module.signer([key], purpose).sign(json.dumps(value).encode())
+def sign(value: dict[str, Any], key: str, purpose: str, at: float | None = None) -> bytes:
+    """An envelope as a node seals one (with `key`, which may not be the cluster's)."""
+    return node_module.sealer([key], purpose).seal(value, at)
 
 
 async def request(gw: Gateway, subject: str, data: bytes, shared: dict[str, Any]) -> dict[str, Any]:
-    """Send `data` on the bus as any client of NATS could; the node's signed reply, opened."""
-    reply = await node_of(gw).bus.request(subject, data, 10)
-    answer: dict[str, Any] = json.loads(
-        node_module.signer(shared["secret_keys"], "reply").unsign(reply)
-    )
+    """Send `data` on the bus as a node's client may; the node's sealed reply, opened."""
+    reply = await node_of(gw).bus.request(subject, data, 10, lambda reply: reply)
+    answer: dict[str, Any] = node_module.sealer(shared["secret_keys"], "reply").open(reply)[0]
     return answer
 
 
@@ -416,7 +421,7 @@ async def test_a_freed_message_does_not_drop_a_newer_claim(nodes: Nodes) -> None
     epoch = node_of(a).owned()[identity.task_id]
     # A late "freed" message about an older epoch, as from a reaper that ran before.
     await node_of(a)._heard_owner(
-        node_of(a)._sign(
+        node_of(a)._seal(
             "message", {"task_id": identity.task_id, "node_id": None, "epoch": epoch - 1}
         )
     )
@@ -610,7 +615,7 @@ async def test_an_errand_that_fails_on_the_owner_is_answered_at_once_and_not_ret
 
 
 async def test_a_node_whose_clock_runs_a_little_ahead_is_heard(
-    nodes: Nodes, shared: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+    nodes: Nodes, shared: dict[str, Any]
 ) -> None:
     a = await nodes.start("node-a")
     identity, _ = await new_task(a)
@@ -618,13 +623,10 @@ async def test_a_node_whose_clock_runs_a_little_ahead_is_heard(
     key = shared["secret_keys"][0]
 
     def signed_ahead(value: dict[str, Any], seconds: int) -> bytes:
-        with monkeypatch.context() as clock:
-            now = int(time.time())
-            clock.setattr(TimestampSigner, "get_timestamp", lambda _s: now + seconds)
-            return sign(value, key, "call")
+        return sign(value, key, "call", at=time.time() + seconds)
 
-    # Signed by a node whose clock is 1 s ahead: in a second node a has not reached; and
-    # by one 30 s ahead, which no clock kept in time is.
+    # Sealed by a node whose clock is 1 s ahead: a time node a has not reached; and by one
+    # 30 s ahead, which no clock kept in time is.
     ahead = signed_ahead(routed_call(identity, "call_ahead1"), 1)
     far_ahead = signed_ahead(routed_call(identity, "call_ahead2"), 30)
 
