@@ -381,21 +381,18 @@ class ClusterNode:
     ) -> dict[str, Any] | None:
         """The reply opened, when it is `node`'s own answer to the envelope `sent`; None for
         any other: one that does not open, from another node (a copy of the envelope sent
-        there), to another envelope, or a refusal of a copy of this one that `node` had
-        already taken (the envelope is running there: its own answer is still to come)."""
+        there), or to another envelope."""
         answer = self._verify("reply", reply, wait_s + ROUTE_MARGIN_S)
         if not isinstance(answer, dict) or answer.get("by") != node:
             return None
         if answer.get(id_key) != envelope_id and answer.get("for") != _digest(sent):
             return None
-        if answer.get("taken"):
-            return None
         return answer
 
-    async def _serve_call(self, data: bytes) -> bytes:
+    async def _serve_call(self, data: bytes) -> bytes | None:
         call = self._take_envelope("call", data, "call_id")
-        if isinstance(call, bytes):
-            return call  # the refusal
+        if not isinstance(call, dict):
+            return call  # the refusal, or nothing for a copy of an envelope taken
         call_id, task_id = call["call_id"], call["task_id"]
         try:
             record = await self.tasks.record(task_id)
@@ -417,19 +414,21 @@ class ClusterNode:
         )
         return self._reply({"call_id": call_id, "result": result.model_dump(mode="json")})
 
-    def _take_envelope(self, purpose: str, data: bytes, id_key: str) -> dict[str, Any] | bytes:
+    def _take_envelope(
+        self, purpose: str, data: bytes, id_key: str
+    ) -> dict[str, Any] | bytes | None:
         """A routed envelope (a call, an errand) opened and taken: sealed by a node of this
         cluster, sent no longer ago than its own wait, addressed to this node, and not seen
         before. Its id is remembered at once, so two copies delivered together run once.
-        Otherwise, the sealed refusal to answer with (bytes): it names the envelope by its
-        id, or by its digest when it did not open, and says when a copy was already taken
-        (which is no "nothing was done")."""
+        Otherwise, the sealed refusal to answer with (bytes), which names the envelope by
+        its id, or by its digest when it did not open; or None, no answer at all, for a
+        copy of an envelope already taken. Such a copy was not sent by its sender (which
+        sends an envelope once): an answer to it would take the one answer NATS lets this
+        node give to that reply subject, which belongs to the envelope's own result."""
 
-        def refuse(envelope_id: Any, why: str, *, taken: bool = False) -> bytes:
+        def refuse(envelope_id: Any, why: str) -> bytes:
             log.warning("cluster: refused a routed %s: %s", purpose, why)
-            refusal: dict[str, Any] = {id_key: envelope_id, "refused": why, "for": _digest(data)}
-            if taken:
-                refusal["taken"] = True
+            refusal = {id_key: envelope_id, "refused": why, "for": _digest(data)}
             return self._reply(refusal)
 
         opened = self._open(purpose, data, ENVELOPE_MAX_AGE_S)
@@ -447,7 +446,8 @@ class ClusterNode:
         if envelope.get("to") != self.node_id:
             return refuse(envelope_id, "sent to another node")
         if envelope_id in self._seen_calls:
-            return refuse(envelope_id, "already run here", taken=True)
+            log.warning("cluster: ignored a copy of a routed %s already taken", purpose)
+            return None
         if not self._remember(envelope_id, window_left):
             return refuse(envelope_id, "too many routed calls in flight; retry")
         taken: dict[str, Any] = envelope
@@ -554,10 +554,10 @@ class ClusterNode:
             )
         return answer
 
-    async def _serve_errand(self, data: bytes) -> bytes:
+    async def _serve_errand(self, data: bytes) -> bytes | None:
         envelope = self._take_envelope("errand", data, "id")
-        if isinstance(envelope, bytes):
-            return envelope  # the refusal
+        if not isinstance(envelope, dict):
+            return envelope  # the refusal, or nothing for a copy of an envelope taken
         errand_id, name = envelope["id"], envelope.get("errand")
         errand = self._errands.get(name) if isinstance(name, str) else None
         try:
