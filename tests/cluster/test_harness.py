@@ -31,7 +31,8 @@ from gateway.testing.haproxy import (
     haproxy,
     render_config,
 )
-from gateway.testing.nats import NatsUser, nats_server
+from gateway.testing.nats import NatsUser, nats_server, node_user
+from gateway.testing.nats import render_config as render_nats_config
 from gateway.testing.postgres import Cluster
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"
@@ -88,6 +89,16 @@ def test_nats_listens_on_loopback_only(tmp_path: Path, nats_bin: Path) -> None:
         assert f"Listening for client connections on 127.0.0.1:{server.port}" in log
         # Core NATS only: nothing kept on disk.
         assert "Starting JetStream" not in log
+
+
+def test_the_deploy_doc_shows_the_nats_configuration_the_tests_use() -> None:
+    users = [node_user(f"node-{i}", f"<node-{i}'s password>") for i in (1, 2, 3)]
+    rendered = render_nats_config("0.0.0.0", 4222, users)
+    doc = (DOCS / "deploy.md").read_text()
+    assert f"```nats\n{rendered}```" in doc, (
+        "docs/deploy.md's NATS configuration differs from render_config's: paste this in\n"
+        + rendered
+    )
 
 
 # -- HAProxy's configuration --------------------------------------------------------------
