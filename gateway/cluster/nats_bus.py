@@ -38,6 +38,7 @@ RECONNECT_WAIT_S = 0.25
 class _Waiting:
     """One request waiting for a reply its sender accepts."""
 
+    subject: str
     accept: Accept[Any]
     future: asyncio.Future[Any] = field(default_factory=asyncio.Future)
     refused: int = 0
@@ -108,7 +109,7 @@ class NatsBus:
             # the caller is better told at once that the bus is down.
             raise BusError("the cluster bus is reconnecting")
         token = secrets.token_hex(8)
-        waiting = _Waiting(accept)
+        waiting = _Waiting(subject, accept)
         self._waiting[token] = waiting
         try:
             await self._client.publish(subject, data, reply=f"{self._reply_prefix}.{token}")
@@ -128,7 +129,7 @@ class NatsBus:
         if waiting is None or waiting.future.done():
             return  # a reply to a request no longer waiting, or after the accepted one
         if msg.headers and msg.headers.get(Header.STATUS) == NO_RESPONDERS_STATUS:
-            waiting.future.set_exception(NoResponder(str(msg.subject)))
+            waiting.future.set_exception(NoResponder(waiting.subject))
             return
         try:
             value = waiting.accept(bytes(msg.data))
