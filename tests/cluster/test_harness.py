@@ -24,6 +24,7 @@ from nats.aio.msg import Msg
 from gateway.serving import free_port
 from gateway.testing.cluster import LocalCluster
 from gateway.testing.haproxy import (
+    HINTS_PER_10S,
     Backend,
     HAProxy,
     HAProxyConfigError,
@@ -178,7 +179,7 @@ class NamedServer:
 
 @contextlib.contextmanager
 def front_over(
-    names: list[str], workdir: Path, **options: int
+    names: list[str], workdir: Path, *, hints_per_10s: int = HINTS_PER_10S
 ) -> Iterator[tuple[HAProxy, str, list[NamedServer]]]:
     """HAProxy in front of a NamedServer for each name; the front's URL."""
     servers = [NamedServer(name) for name in names]
@@ -190,7 +191,7 @@ def front_over(
         front_port=port,
         backends=[Backend(s.name, s.port) for s in servers],
         stats_socket=stats,
-        **options,
+        hints_per_10s=hints_per_10s,
     )
     try:
         with haproxy(config, workdir, stats_socket=stats) as front:
