@@ -8,7 +8,7 @@ one, nor answer for an owner):
 - `gw.call.<node>`: a call for a task `<node>` owns (request-reply); the envelope names
   the node it is for, expires with the call's deadline, and runs once;
 - `gw.errand.<node>`: something other than a call that only the owner can do for a task
-  (a person's answer to an approval the owner waits on), signed and run once the same way;
+  (a person's answer to an approval the owner waits on), sealed and run once the same way;
 - `gw.owner`: a task changed owner, or was let go (so the node that held it lets go);
 - `gw.ended`: a task ended (every node refuses its tokens and lets go of it); each node
   also reads the ends committed in the last `ENDS_LOOKBACK_S` every `POLL_ENDS_S`, so a lost
@@ -185,15 +185,15 @@ class ClusterNode:
         """The sealed value and when it was sealed, or None when the seal, purpose or age
         is wrong."""
         try:
-            value, signed_at = self._sealers[purpose].open(data)
+            value, sealed_at = self._sealers[purpose].open(data)
         except (Unsealable, ValueError, KeyError, TypeError):
             log.warning("cluster: ignored a %s message that does not open", purpose)
             return None
-        age = time.time() - signed_at
+        age = time.time() - sealed_at
         if not -CLOCK_SKEW_S <= age <= max_age_s + 1:
-            log.warning("cluster: ignored a %s message signed %.1f s ago", purpose, age)
+            log.warning("cluster: ignored a %s message sealed %.1f s ago", purpose, age)
             return None
-        return value, signed_at
+        return value, sealed_at
 
     def _verify(self, purpose: str, data: bytes, max_age_s: float) -> Any:
         opened = self._open(purpose, data, max_age_s)
@@ -434,13 +434,13 @@ class ClusterNode:
         opened = self._open(purpose, data, ENVELOPE_MAX_AGE_S)
         if opened is None or not isinstance(opened[0], dict):
             return refuse(None, "a bad or stale envelope (do the nodes share keys and clock?)")
-        envelope, signed_at = opened
+        envelope, sealed_at = opened
         envelope_id = envelope.get(id_key)
         wait_s = envelope.get("wait_s")
         if not isinstance(envelope_id, str) or not isinstance(wait_s, int | float):
             return refuse(None, "a malformed envelope")
         # One second more, for the clocks of two machines.
-        window_left = signed_at + float(wait_s) + 1 - time.time()
+        window_left = sealed_at + float(wait_s) + 1 - time.time()
         if window_left < 0:
             return refuse(envelope_id, "sent too long ago")
         if envelope.get("to") != self.node_id:
