@@ -31,7 +31,7 @@ cluster-tools: $(STAMP)
 	@scripts/ensure-cluster $(BIN)/python
 
 run: setup
-	$(BIN)/gateway serve
+	$(BIN)/gateway serve --example
 
 # A cluster on loopback to try: PostgreSQL, NATS, S3, three gateways, HAProxy in front.
 cluster: setup postgres cluster-tools

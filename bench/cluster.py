@@ -35,7 +35,6 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import nats
 
 from bench.browser import app_process
 from bench.report import percentile, write
@@ -69,9 +68,9 @@ class Agent:
         return Answer(str((result.structured_content or {}).get("status")))
 
 
-async def nats_echo(url: str, rounds: int) -> list[float]:
-    server = await nats.connect(url)
-    client = await nats.connect(url)
+async def nats_echo(cluster: LocalCluster, rounds: int) -> list[float]:
+    server = await cluster.bus_client()
+    client = await cluster.bus_client()
     try:
 
         async def echo(msg: Any) -> None:
@@ -217,7 +216,7 @@ async def run(rounds: int, workdir: Path) -> int:
         one, two, _ = cluster.nodes
         control = ControlPlane(cluster.front_url, cluster.control_key)
         try:
-            floor = await nats_echo(cluster.nats.url, rounds * 2)
+            floor = await nats_echo(cluster, rounds * 2)
             async with app_process() as app:
                 task = control.create_task(scopes=SCOPES, origins=[app])
                 token = task.agent_token

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import ipaddress
 import os
 import sys
 from collections.abc import Sequence
@@ -19,14 +20,7 @@ def _serve(args: argparse.Namespace) -> int:
     from gateway.app import build_app
     from gateway.serving import SERVER_OPTIONS
 
-    overrides: dict[str, object] = {}
-    if args.host is not None:
-        overrides["host"] = args.host
-    if args.port is not None:
-        overrides["port"] = args.port
-    if args.no_example:
-        overrides["example"] = False
-    settings = Settings(**overrides)  # type: ignore[arg-type]
+    settings = serve_settings(args)
     for note in settings.ensure_secrets():
         print(f"gateway: {note}", flush=True)
     print(
@@ -36,6 +30,9 @@ def _serve(args: argparse.Namespace) -> int:
     # The console signs in with the control key, whose file the notes above name.
     print(f"gateway: the operator console is at {settings.base_url}/console", flush=True)
     if settings.example:
+        warning = example_warning(settings)
+        if warning is not None:
+            print(f"gateway: WARNING: {warning}", file=sys.stderr, flush=True)
         # The example dashboard and its sandbox instance run in this process, beside us.
         from examples.synthetic_app.serve import run as serve_with_example
 
@@ -49,6 +46,42 @@ def _serve(args: argparse.Namespace) -> int:
         **SERVER_OPTIONS,
     )
     return 0
+
+
+def serve_settings(args: argparse.Namespace) -> Settings:
+    """The settings `gateway serve` runs with: the environment's, then its flags. The
+    example dashboard (a passwordless admin sign-in holding the control key) is served only
+    when asked, by `--example` or `GATEWAY_EXAMPLE=true`."""
+    overrides: dict[str, object] = {}
+    if args.host is not None:
+        overrides["host"] = args.host
+    if args.port is not None:
+        overrides["port"] = args.port
+    if args.no_example:
+        overrides["example"] = False
+    elif args.example:
+        overrides["example"] = True
+    return Settings(**overrides)  # type: ignore[arg-type]
+
+
+def example_warning(settings: Settings) -> str | None:
+    """What to say when the example dashboard would be reachable beyond this machine."""
+    if _loopback(settings.host):
+        return None
+    return (
+        f"the example dashboard listens on {settings.host}, beyond this machine: anyone who "
+        "reaches it signs in as its admin with no password, and it holds the control key. "
+        "Serve it on 127.0.0.1 only."
+    )
+
+
+def _loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False  # a name: it may resolve to anything
 
 
 def _keys_new(_args: argparse.Namespace) -> int:
@@ -80,8 +113,17 @@ def parser() -> argparse.ArgumentParser:
     serve = sub.add_parser("serve", help="run the gateway")
     serve.add_argument("--host", default=os.environ.get("GATEWAY_HOST"))
     serve.add_argument("--port", type=int, default=None)
-    serve.add_argument(
-        "--no-example", action="store_true", help="do not serve the synthetic example dashboard"
+    example = serve.add_mutually_exclusive_group()
+    example.add_argument(
+        "--example",
+        action="store_true",
+        help="also serve the synthetic example dashboard (for trying the gateway on this "
+        "machine: its sign-in asks no password)",
+    )
+    example.add_argument(
+        "--no-example",
+        action="store_true",
+        help="do not serve it, even with GATEWAY_EXAMPLE=true (the default without either)",
     )
     serve.set_defaults(func=_serve)
 

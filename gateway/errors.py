@@ -11,6 +11,8 @@
     ├── QuotaExceeded            429  quota_exceeded (details: quota, limit, current, adding)
     ├── StorageError             503  storage_failed
     ├── ArtifactMissing          502  artifact_missing (details: artifact_id)
+    ├── InDoubt                  502  in_doubt (details: node_id, call_id): it may have
+    │                                 taken effect; asking again may do it twice
     └── ToolFailure              a handler's structured non-success (any status and code)
 
 A tool handler raises `ToolFailure` to end its call with a specific status and code; any
@@ -133,6 +135,17 @@ class ArtifactMissing(GatewayError):
             f"the bytes of artifact {artifact_id} are missing from the artifact store",
             details={"artifact_id": artifact_id},
         )
+
+
+class InDoubt(GatewayError):
+    """What another gateway node was asked to do may or may not have been done: no answer
+    from it could be verified before the deadline (a cluster's bus carried replies that were
+    not the node's own). Not retryable, as doing it again may do it twice; the tool result's
+    status is `unavailable`."""
+
+    code = ErrorCode.IN_DOUBT
+    http_status = 502
+    tool_status = ToolStatus.UNAVAILABLE
 
 
 class ToolFailure(GatewayError):

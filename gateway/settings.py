@@ -117,7 +117,9 @@ class Settings(BaseSettings):
     sandbox_budgets: Budgets = DEFAULT_BUDGETS
     # The `incus` provider's backend (JSON, `IncusBackend`); unset: no `incus` provider.
     sandbox_incus: IncusBackend | None = None
-    example: bool = True
+    # `gateway serve` serves the example dashboard beside the gateway (`--example`): off
+    # unless asked, as its sign-in asks no password and it holds the control key.
+    example: bool = False
     example_port: int = Field(default=8001, ge=0, le=65535)
     # `gateway serve` gives each assistant task of the example its own sandbox of the app
     # at the repository's current commit (false: the shared instance beside the dashboard).
@@ -139,6 +141,11 @@ class Settings(BaseSettings):
     # one process, as without a cluster. A cluster needs PostgreSQL and shared keys.
     node_id: str | None = Field(default=None, pattern=r"^[A-Za-z0-9][A-Za-z0-9_-]{0,62}$")
     nats_url: str | None = None
+    # The NATS user this node connects as (default: its node id) and its password: a user
+    # per node, each allowed only its own subjects (docs/deploy.md). Without a password
+    # the node connects with none, and warns that any local process then reads its bus.
+    nats_user: str | None = None
+    nats_password: str | None = None
     cluster_beat_s: float = Field(default=1.0, gt=0, le=60)
     # Remote Playwright browser servers (`playwright run-server`) a node may open task
     # contexts on, besides its own Chromium; a new context goes to the least loaded.

@@ -3,17 +3,24 @@
 Three things are asked of a bus: request-reply to one subscriber with a deadline (a call
 routed to its task's owner), fire-and-forget publish to every subscriber (a task ended, a
 task changed owner), and a clear difference between "nobody listens there" (the owner is
-gone: no point in waiting) and "nobody answered in time". NATS is the one shipped
-(`nats_bus.py`); another (Redis streams, say) implements this protocol and nothing else.
+gone: no point in waiting) and "nobody answered in time". A request ends only with a reply
+its sender accepts (the owner's, sealed): a reply that is not is set aside and the wait goes
+on, so whoever answers first does not decide what the sender is told. NATS is the one
+shipped (`nats_bus.py`); another (Redis streams, say) implements this protocol and nothing
+else.
 """
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import Protocol
+from typing import Protocol, TypeVar
+
+T = TypeVar("T")
 
 # A request handler returns the reply's bytes; a broadcast handler returns None.
 Handler = Callable[[bytes], Awaitable[bytes | None]]
+# What a requester makes of a reply: its meaning, or None for a reply it does not accept.
+Accept = Callable[[bytes], T | None]
 
 
 class BusError(Exception):
@@ -25,13 +32,18 @@ class NoResponder(BusError):
 
 
 class BusTimeout(BusError):
-    """A request was delivered, or queued, but no reply came before its deadline."""
+    """A request was delivered, or queued, but no reply it accepts came before its deadline;
+    `refused` counts the replies that came and were not accepted."""
+
+    def __init__(self, subject: str, refused: int = 0) -> None:
+        super().__init__(subject)
+        self.refused = refused
 
 
 class Bus(Protocol):
-    async def request(self, subject: str, data: bytes, timeout_s: float) -> bytes:
-        """Send to one subscriber of `subject` and wait for its reply; raises `NoResponder`,
-        `BusTimeout` or `BusError`."""
+    async def request(self, subject: str, data: bytes, timeout_s: float, accept: Accept[T]) -> T:
+        """Send to one subscriber of `subject` and wait for the first reply `accept` makes
+        something of; raises `NoResponder`, `BusTimeout` or `BusError`."""
         ...
 
     async def publish(self, subject: str, data: bytes) -> None:

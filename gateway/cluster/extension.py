@@ -7,6 +7,8 @@ what they let go of when a task moves to another node.
 
 from __future__ import annotations
 
+import logging
+
 from starlette.routing import BaseRoute
 
 from gateway.runtime import Gateway
@@ -15,6 +17,9 @@ from .bus import Bus
 from .ledger import Ledger
 from .nats_bus import NatsBus
 from .node import ClusterNode
+from .subjects import INBOX
+
+log = logging.getLogger(__name__)
 
 
 def install(gw: Gateway) -> list[BaseRoute]:
@@ -23,8 +28,22 @@ def install(gw: Gateway) -> list[BaseRoute]:
     if node_id is None or nats_url is None:
         return []
 
+    user = settings.nats_user or node_id
+    password = settings.nats_password
+
     async def connect() -> Bus:
-        return await NatsBus.connect(nats_url, name=f"gateway {node_id}")
+        if password is None:
+            log.warning(
+                "cluster bus: no GATEWAY_NATS_PASSWORD: connecting to NATS with no "
+                "credentials; a NATS server that lets this in lets any local process in"
+            )
+        return await NatsBus.connect(
+            nats_url,
+            name=f"gateway {node_id}",
+            user=user if password is not None else None,
+            password=password,
+            inbox_prefix=INBOX.format(node=node_id),
+        )
 
     node = ClusterNode(
         node_id,

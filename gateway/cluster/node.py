@@ -1,17 +1,23 @@
 """One node of a cluster: it owns some tasks, routes calls for the others to their owners,
 serves the calls routed to it, beats, frees the tasks of dead nodes, and hears of task ends.
 
-Subjects on the bus, every message signed with the gateway's keys (a node that cannot
-verify one ignores it, so a publisher on the bus without the keys can neither end a task,
-nor move one, nor answer for an owner):
+Subjects on the bus (`subjects.py`, each node allowed only its own), every message sealed
+with the gateway's keys (`sealing.py`: unreadable without them, and a node that cannot open
+one ignores it, so a publisher on the bus without the keys can neither end a task, nor move
+one, nor answer for an owner):
 - `gw.call.<node>`: a call for a task `<node>` owns (request-reply); the envelope names
   the node it is for, expires with the call's deadline, and runs once;
 - `gw.errand.<node>`: something other than a call that only the owner can do for a task
-  (a person's answer to an approval the owner waits on), signed and run once the same way;
+  (a person's answer to an approval the owner waits on), sealed and run once the same way;
 - `gw.owner`: a task changed owner, or was let go (so the node that held it lets go);
 - `gw.ended`: a task ended (every node refuses its tokens and lets go of it); each node
   also reads the ends committed in the last `ENDS_LOOKBACK_S` every `POLL_ENDS_S`, so a lost
   message costs at most that long.
+
+A routed call or errand ends only with the owner's own sealed answer to it: a reply that
+does not open, answers another envelope or comes from another node is set aside and the
+wait goes on; past the deadline with only such replies, the sender says `in_doubt` (it may
+have run), never "nothing was done".
 
 A task's calls all run on its owner (its budget, idempotency locks, tab channel and
 browser context are there). A node becomes the owner when the task's tab connects to it
@@ -23,7 +29,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
-import json
 import logging
 import math
 import time
@@ -31,9 +36,7 @@ from collections import OrderedDict
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
-from itsdangerous import BadSignature, TimestampSigner
-
-from gateway.errors import GatewayError, ToolFailure
+from gateway.errors import GatewayError, InDoubt, ToolFailure
 from gateway.identity import TaskIdentity
 from gateway.pipeline import Pipeline
 from gateway.ports import Errand, ReleaseListener
@@ -43,13 +46,12 @@ from gateway.tasks import TaskService
 
 from .bus import Bus, BusError, BusTimeout, NoResponder
 from .ledger import Freed, Ledger, Owner
+from .sealing import Sealer, Unsealable
+from .subjects import CALLS, ENDED, ERRANDS, OWNER
+
+__all__ = ["CALLS", "ENDED", "ERRANDS", "OWNER", "ClusterNode", "ErrandError", "sealer"]
 
 log = logging.getLogger(__name__)
-
-CALLS = "gw.call.{node}"
-ERRANDS = "gw.errand.{node}"
-OWNER = "gw.owner"
-ENDED = "gw.ended"
 POLL_ENDS_S = 0.5
 # Task ends are read back this far (on the database's clock): an end whose message was
 # lost, or committed a moment late, is still found.
@@ -67,10 +69,10 @@ ROUTE_MARGIN_S = 5.0
 SEEN_CALLS = 100_000
 # Tasks whose newest owner epoch is remembered.
 NEWEST_EPOCHS = 10_000
-# A signed broadcast older than this is ignored (a replay; the bus delivers in milliseconds).
+# A sealed broadcast older than this is ignored (a replay; the bus delivers in milliseconds).
 ENVELOPE_MAX_AGE_S = 600
-# How far ahead of a reader's clock a message's signature may be (its time has whole
-# seconds, and two machines' clocks agree only so well).
+# How far ahead of a reader's clock a message's seal may be (two machines' clocks agree
+# only so well).
 CLOCK_SKEW_S = 2.0
 # The wait for an owner to do an errand (a person's answer: a database write).
 ERRAND_WAIT_S = 10.0
@@ -95,7 +97,7 @@ class ClusterNode:
         self.pipeline = pipeline
         self.beat_s = beat_s
         self._keys = keys
-        self._signers: dict[str, TimestampSigner] = {}
+        self._sealers: dict[str, Sealer] = {}
         self._bus: Bus | None = None
         self._mine: dict[str, int] = {}  # tasks this node owns, and their epoch
         self._others: dict[str, tuple[Owner, float]] = {}  # believed owners, and since when
@@ -118,8 +120,8 @@ class ClusterNode:
     @contextlib.asynccontextmanager
     async def running(self) -> AsyncIterator[None]:
         keys = self._keys()
-        self._signers = {
-            purpose: signer(keys, purpose) for purpose in ("call", "errand", "reply", "message")
+        self._sealers = {
+            purpose: sealer(keys, purpose) for purpose in ("call", "errand", "reply", "message")
         }
         self._bus = await self._connect_bus()
         try:
@@ -168,29 +170,30 @@ class ClusterNode:
             "epoch": owner.epoch if owner else None,
         }
 
-    # -- signing --------------------------------------------------------------------------
+    # -- sealing --------------------------------------------------------------------------
 
-    def _sign(self, purpose: str, value: Any) -> bytes:
-        if not self._signers:
+    def _seal(self, purpose: str, value: Any) -> bytes:
+        if not self._sealers:
             raise RuntimeError("the cluster node is not started")
-        return self._signers[purpose].sign(json.dumps(value, separators=(",", ":")).encode())
+        return self._sealers[purpose].seal(value)
+
+    def _reply(self, value: dict[str, Any]) -> bytes:
+        """A reply, sealed and naming this node: a sender takes only its addressee's."""
+        return self._seal("reply", {**value, "by": self.node_id})
 
     def _open(self, purpose: str, data: bytes, max_age_s: float) -> tuple[Any, float] | None:
-        """The signed value and when it was signed, or None when the signature, purpose or
-        age is wrong."""
+        """The sealed value and when it was sealed, or None when the seal, purpose or age
+        is wrong."""
         try:
-            body, signed = self._signers[purpose].unsign(data, return_timestamp=True)
-            value, signed_at = json.loads(body), signed.timestamp()
-        except (BadSignature, ValueError, KeyError):
-            log.warning("cluster: ignored a %s message with a bad signature", purpose)
+            value, sealed_at = self._sealers[purpose].open(data)
+        except (Unsealable, ValueError, KeyError, TypeError):
+            log.warning("cluster: ignored a %s message that does not open", purpose)
             return None
-        # The age is checked here, not by the signer, which refuses any message signed in
-        # a second its reader's clock has not reached: nodes' clocks differ by a little.
-        age = time.time() - signed_at
+        age = time.time() - sealed_at
         if not -CLOCK_SKEW_S <= age <= max_age_s + 1:
-            log.warning("cluster: ignored a %s message signed %.1f s ago", purpose, age)
+            log.warning("cluster: ignored a %s message sealed %.1f s ago", purpose, age)
             return None
-        return value, signed_at
+        return value, sealed_at
 
     def _verify(self, purpose: str, data: bytes, max_age_s: float) -> Any:
         opened = self._open(purpose, data, max_age_s)
@@ -321,10 +324,13 @@ class ClusterNode:
 
     async def _forward(self, node: str, call: dict[str, Any], wait_s: float) -> ToolResult | None:
         self.routed_out += 1
+        sent = self._seal("call", call)
+
+        def accept(reply: bytes) -> dict[str, Any] | None:
+            return self._answer(reply, node, "call_id", call["call_id"], sent, wait_s)
+
         try:
-            reply = await self.bus.request(
-                CALLS.format(node=node), self._sign("call", call), wait_s
-            )
+            answer = await self.bus.request(CALLS.format(node=node), sent, wait_s, accept)
         except NoResponder:
             self._others.pop(call["task_id"], None)
             raise ToolFailure(
@@ -335,8 +341,10 @@ class ClusterNode:
                 retryable=True,
                 details={"retry_after_s": math.ceil(self.beat_s * (MISSED_BEATS + 1))},
             ) from None
-        except BusTimeout:
+        except BusTimeout as exc:
             keyed = call["key"] is not None
+            if exc.refused:
+                raise _in_doubt(node, {"call_id": call["call_id"]}, exc.refused, keyed) from None
             raise ToolFailure(
                 ToolStatus.TIMEOUT,
                 ErrorCode.TIMEOUT,
@@ -356,21 +364,11 @@ class ClusterNode:
                 retryable=True,
                 details={"retry_after_s": 1},
             ) from None
-        answer = self._verify("reply", reply, wait_s + ROUTE_MARGIN_S)
-        if answer is None or answer.get("call_id") != call["call_id"]:
-            raise ToolFailure(
-                ToolStatus.UNAVAILABLE,
-                ErrorCode.UNAVAILABLE,
-                f"the answer from node {node} could not be verified (do the nodes share "
-                "their keys?)",
-                retryable=True,
-                details={"retry_after_s": 1},
-            )
         if answer.get("refused"):
             raise ToolFailure(
                 ToolStatus.UNAVAILABLE,
                 ErrorCode.UNAVAILABLE,
-                f"node {node} refused the call: {answer['refused']}",
+                f"node {node} refused the call: {str(answer['refused'])[:200]}; nothing was done",
                 retryable=True,
                 details={"retry_after_s": 1},
             )
@@ -378,19 +376,32 @@ class ClusterNode:
             return None
         return ToolResult.model_validate(answer["result"])
 
-    async def _serve_call(self, data: bytes) -> bytes:
+    def _answer(
+        self, reply: bytes, node: str, id_key: str, envelope_id: str, sent: bytes, wait_s: float
+    ) -> dict[str, Any] | None:
+        """The reply opened, when it is `node`'s own answer to the envelope `sent`; None for
+        any other: one that does not open, from another node (a copy of the envelope sent
+        there), or to another envelope."""
+        answer = self._verify("reply", reply, wait_s + ROUTE_MARGIN_S)
+        if not isinstance(answer, dict) or answer.get("by") != node:
+            return None
+        if answer.get(id_key) != envelope_id and answer.get("for") != _digest(sent):
+            return None
+        return answer
+
+    async def _serve_call(self, data: bytes) -> bytes | None:
         call = self._take_envelope("call", data, "call_id")
-        if isinstance(call, bytes):
-            return call  # the refusal
+        if not isinstance(call, dict):
+            return call  # the refusal, or nothing for a copy of an envelope taken
         call_id, task_id = call["call_id"], call["task_id"]
         try:
             record = await self.tasks.record(task_id)
         except GatewayError as exc:
             self._forget(call_id)
-            return self._sign("reply", {"call_id": call_id, "refused": exc.message})
+            return self._reply({"call_id": call_id, "refused": exc.message})
         if task_id not in self._mine or record is None:
             self._forget(call_id)  # nothing ran: the sender may send it again, elsewhere
-            return self._sign("reply", {"call_id": call_id, "not_owner": True})
+            return self._reply({"call_id": call_id, "not_owner": True})
         self.routed_in += 1
         result = await self.pipeline.call(
             record.identity,
@@ -401,34 +412,42 @@ class ClusterNode:
             call_id=call_id,
             routed=True,
         )
-        return self._sign("reply", {"call_id": call_id, "result": result.model_dump(mode="json")})
+        return self._reply({"call_id": call_id, "result": result.model_dump(mode="json")})
 
-    def _take_envelope(self, purpose: str, data: bytes, id_key: str) -> dict[str, Any] | bytes:
-        """A routed envelope (a call, an errand) opened and taken: signed by a node of this
+    def _take_envelope(
+        self, purpose: str, data: bytes, id_key: str
+    ) -> dict[str, Any] | bytes | None:
+        """A routed envelope (a call, an errand) opened and taken: sealed by a node of this
         cluster, sent no longer ago than its own wait, addressed to this node, and not seen
         before. Its id is remembered at once, so two copies delivered together run once.
-        Otherwise, the signed refusal to answer with (bytes)."""
+        Otherwise, the sealed refusal to answer with (bytes), which names the envelope by
+        its id, or by its digest when it did not open; or None, no answer at all, for a
+        copy of an envelope already taken. Such a copy was not sent by its sender (which
+        sends an envelope once): an answer to it would take the one answer NATS lets this
+        node give to that reply subject, which belongs to the envelope's own result."""
 
         def refuse(envelope_id: Any, why: str) -> bytes:
             log.warning("cluster: refused a routed %s: %s", purpose, why)
-            return self._sign("reply", {id_key: envelope_id, "refused": why})
+            refusal = {id_key: envelope_id, "refused": why, "for": _digest(data)}
+            return self._reply(refusal)
 
         opened = self._open(purpose, data, ENVELOPE_MAX_AGE_S)
         if opened is None or not isinstance(opened[0], dict):
             return refuse(None, "a bad or stale envelope (do the nodes share keys and clock?)")
-        envelope, signed_at = opened
+        envelope, sealed_at = opened
         envelope_id = envelope.get(id_key)
         wait_s = envelope.get("wait_s")
         if not isinstance(envelope_id, str) or not isinstance(wait_s, int | float):
             return refuse(None, "a malformed envelope")
-        # The signature's time has whole seconds: one more is allowed for it.
-        window_left = signed_at + float(wait_s) + 1 - time.time()
+        # One second more, for the clocks of two machines.
+        window_left = sealed_at + float(wait_s) + 1 - time.time()
         if window_left < 0:
             return refuse(envelope_id, "sent too long ago")
         if envelope.get("to") != self.node_id:
             return refuse(envelope_id, "sent to another node")
         if envelope_id in self._seen_calls:
-            return refuse(envelope_id, "already run here")
+            log.warning("cluster: ignored a copy of a routed %s already taken", purpose)
+            return None
         if not self._remember(envelope_id, window_left):
             return refuse(envelope_id, "too many routed calls in flight; retry")
         taken: dict[str, Any] = envelope
@@ -491,10 +510,13 @@ class ClusterNode:
         )
 
     async def _send_errand(self, node: str, envelope: dict[str, Any]) -> dict[str, Any]:
+        sent = self._seal("errand", envelope)
+
+        def accept(reply: bytes) -> dict[str, Any] | None:
+            return self._answer(reply, node, "id", envelope["id"], sent, ERRAND_WAIT_S)
+
         try:
-            reply = await self.bus.request(
-                ERRANDS.format(node=node), self._sign("errand", envelope), ERRAND_WAIT_S
-            )
+            answer = await self.bus.request(ERRANDS.format(node=node), sent, ERRAND_WAIT_S, accept)
         except NoResponder:
             # A dead owner's questions died with it; the node that frees its tasks closes
             # them, which asking again then says.
@@ -506,7 +528,9 @@ class ClusterNode:
                 retryable=True,
                 details={"retry_after_s": math.ceil(self.beat_s * (MISSED_BEATS + 1))},
             ) from None
-        except BusTimeout:
+        except BusTimeout as exc:
+            if exc.refused:
+                raise _in_doubt(node, {"errand_id": envelope["id"]}, exc.refused, False) from None
             raise ErrandError(
                 f"the gateway node that holds this task ({node}) did not answer in time; it "
                 "may have done it: read the task's state before asking again",
@@ -521,28 +545,19 @@ class ClusterNode:
                 retryable=True,
                 details={"retry_after_s": 1},
             ) from None
-        answer = self._verify("reply", reply, ERRAND_WAIT_S + ROUTE_MARGIN_S)
-        if isinstance(answer, dict) and answer.get("refused"):
+        if answer.get("refused"):
             raise ErrandError(
-                f"node {node} refused the errand: {str(answer['refused'])[:200]}",
-                code=ErrorCode.UNAVAILABLE,
-                http_status=503,
-                retryable=True,
-            )
-        if not isinstance(answer, dict) or answer.get("id") != envelope["id"]:
-            raise ErrandError(
-                f"the answer from node {node} could not be verified (do the nodes share "
-                "their keys?)",
+                f"node {node} refused the errand: {str(answer['refused'])[:200]}; nothing was done",
                 code=ErrorCode.UNAVAILABLE,
                 http_status=503,
                 retryable=True,
             )
         return answer
 
-    async def _serve_errand(self, data: bytes) -> bytes:
+    async def _serve_errand(self, data: bytes) -> bytes | None:
         envelope = self._take_envelope("errand", data, "id")
-        if isinstance(envelope, bytes):
-            return envelope  # the refusal
+        if not isinstance(envelope, dict):
+            return envelope  # the refusal, or nothing for a copy of an envelope taken
         errand_id, name = envelope["id"], envelope.get("errand")
         errand = self._errands.get(name) if isinstance(name, str) else None
         try:
@@ -555,11 +570,11 @@ class ClusterNode:
             record = await self.tasks.record(envelope["task_id"])
             if envelope["task_id"] not in self._mine or record is None:
                 self._forget(errand_id)  # nothing was done: the sender may send it again
-                return self._sign("reply", {"id": errand_id, "not_owner": True})
+                return self._reply({"id": errand_id, "not_owner": True})
             answer = await errand(record.identity, envelope["body"])
         except GatewayError as exc:
             error = {**exc.to_json()["error"], "http_status": exc.http_status}
-            return self._sign("reply", {"id": errand_id, "error": error})
+            return self._reply({"id": errand_id, "error": error})
         except Exception:
             log.exception("cluster: the errand %s failed", str(name)[:64])
             error = {
@@ -568,8 +583,8 @@ class ClusterNode:
                 "retryable": False,
                 "http_status": 500,
             }
-            return self._sign("reply", {"id": errand_id, "error": error})
-        return self._sign("reply", {"id": errand_id, "answer": answer})
+            return self._reply({"id": errand_id, "error": error})
+        return self._reply({"id": errand_id, "answer": answer})
 
     # -- owners ---------------------------------------------------------------------------
 
@@ -608,7 +623,7 @@ class ClusterNode:
     async def _tell_owner(self, task_id: str, node: str | None, epoch: int) -> None:
         message = {"task_id": task_id, "node_id": node, "epoch": epoch}
         with contextlib.suppress(BusError):
-            await self.bus.publish(OWNER, self._sign("message", message))
+            await self.bus.publish(OWNER, self._seal("message", message))
 
     async def _heard_owner(self, data: bytes) -> None:
         message = self._verify("message", data, ENVELOPE_MAX_AGE_S)
@@ -665,7 +680,7 @@ class ClusterNode:
             return
         message = {"task_id": task_id, "reason": reason, "at": time.time()}
         with contextlib.suppress(BusError):
-            await self.bus.publish(ENDED, self._sign("message", message))
+            await self.bus.publish(ENDED, self._seal("message", message))
 
     async def _heard_end(self, data: bytes) -> None:
         message = self._verify("message", data, ENVELOPE_MAX_AGE_S)
@@ -691,12 +706,24 @@ class ClusterNode:
                 log.warning("cluster: reading task ends failed: %s", exc)
 
 
-def signer(keys: list[str], purpose: str) -> TimestampSigner:
-    """What signs and verifies one kind of message between the nodes: the gateway's keys,
-    newest first (it signs; every key verifies, the rotation task tokens have), HMAC-SHA256
-    over the message's JSON bytes and the time it was signed."""
-    return TimestampSigner(
-        list(reversed(keys)), salt=f"gateway.cluster.{purpose}", digest_method=hashlib.sha256
+def sealer(keys: list[str], purpose: str) -> Sealer:
+    """What seals and opens one kind of message between the nodes: the gateway's keys,
+    newest first (it seals; every key opens, the rotation task tokens have)."""
+    return Sealer(keys, purpose)
+
+
+def _digest(envelope: bytes) -> str:
+    """How a refusal names an envelope it could not open (so only its sender takes it)."""
+    return hashlib.sha256(envelope).hexdigest()[:32]
+
+
+def _in_doubt(node: str, envelope: dict[str, str], refused: int, keyed: bool) -> InDoubt:
+    return InDoubt(
+        f"gateway node {node} was sent this, and no answer from it could be verified before "
+        f"the deadline ({refused} replies were not its own: forged, or the nodes do not "
+        "share their keys); it may or may not have taken effect there, and it is not sent "
+        "again" + ("; a call with the same idempotency key says what it did" if keyed else ""),
+        details={"node_id": node, **envelope},
     )
 
 

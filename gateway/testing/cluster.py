@@ -40,16 +40,17 @@ from types import TracebackType
 
 import httpx
 import nats
+from nats.aio.client import Client
 from nats.errors import NoRespondersError
 from nats.errors import TimeoutError as NatsTimeout
 
-from gateway.cluster.node import ERRANDS
+from gateway.cluster.subjects import ERRANDS, INBOX
 from gateway.private_files import write_private
 from gateway.serving import free_port
 from gateway.testing import postgres as pg
 from gateway.testing.haproxy import Backend, HAProxy, haproxy, render_config
 from gateway.testing.incus import incus_daemon, incus_installed, remove_deployment
-from gateway.testing.nats import NatsServer, nats_server
+from gateway.testing.nats import NatsServer, NatsUser, nats_server, node_user
 from gateway.testing.s3 import dummy_aws_env, make_bucket, moto_server
 from gateway.tokens import new_key
 
@@ -60,6 +61,10 @@ STOP_TIMEOUT_S = 15.0
 MARKER = "GATEWAY_TESTING_CLUSTER_RUN"
 # The node's id, in its environment as a setting: what tells one node's processes apart.
 MARKER_NODE = "GATEWAY_NODE_ID"
+# The NATS user the harness itself connects as (to see the nodes on the bus; the benches'
+# floor): it may ask a node's errand subject, which a node refuses, and echo on `bench.>`.
+HARNESS = "harness"
+HARNESS_INBOX = INBOX.format(node=HARNESS)
 # What a node takes from the environment of the process starting it: how to find programs,
 # Python packages and a browser, and nothing else (no AWS_*, no GATEWAY_* of the runner's).
 INHERITED = ("PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "PYTHONPATH", "PLAYWRIGHT_BROWSERS_PATH")
@@ -141,6 +146,15 @@ class LocalCluster:
         self.bucket = ""
         self.example_urls: ExampleUrls | None = None
         self._nats: NatsServer | None = None
+        self.harness_user = NatsUser(
+            HARNESS,
+            secrets.token_urlsafe(24),
+            {
+                "publish": {"allow": [ERRANDS.format(node="*"), "bench.>"]},
+                "subscribe": {"allow": [f"{HARNESS_INBOX}.>", "bench.>"]},
+                "allow_responses": True,
+            },
+        )
         self._haproxy: HAProxy | None = None
         self._pg_home: Path | None = None
         self._stack = contextlib.ExitStack()
@@ -206,7 +220,15 @@ class LocalCluster:
             self._pg_home = postgres.home
         self.database_url = postgres.new_database()
 
-        self._nats = enter(nats_server(self.logs_dir / "nats.log", env=base))
+        node_ids = [f"node-{index}" for index in range(1, self.size + 1)]
+        node_users = {node_id: node_user(node_id) for node_id in node_ids}
+        self._nats = enter(
+            nats_server(
+                self.logs_dir / "nats.log",
+                users=[*node_users.values(), self.harness_user],
+                env=base,
+            )
+        )
 
         if self._given_s3 is None:
             self.s3_endpoint = enter(moto_server(self.logs_dir / "s3.log", env=base))
@@ -218,12 +240,13 @@ class LocalCluster:
         front_port = ports[0]
         self.front_url = f"http://{HOST}:{front_port}"
         shared = self._shared_node_env(base)
-        for index, port in enumerate(ports[1:], start=1):
-            node_id = f"node-{index}"
+        for node_id, port in zip(node_ids, ports[1:], strict=True):
             data_dir = self.workdir / "nodes" / node_id
             env = {
                 **shared,
                 "GATEWAY_NODE_ID": node_id,
+                "GATEWAY_NATS_USER": node_id,
+                "GATEWAY_NATS_PASSWORD": node_users[node_id].password,
                 "GATEWAY_PORT": str(port),
                 "GATEWAY_DATA_DIR": str(data_dir),
                 "GATEWAY_EXAMPLE": "false",
@@ -350,11 +373,20 @@ class LocalCluster:
         self.nats.stop()
         self.nats.start()
 
+    async def bus_client(self) -> Client:
+        """A NATS client as the harness's user (close it when done)."""
+        return await nats.connect(
+            self.nats.url,
+            name="cluster harness",
+            inbox_prefix=HARNESS_INBOX,
+            **self.harness_user.credentials,
+        )
+
     async def wait_on_bus(self, timeout_s: float = 30.0) -> None:
         """Return once every running node answers on its own subject of the bus (after a
         NATS restart, each node's client reconnects and subscribes again). Asked with an
-        empty envelope, which a node refuses, signed: an answer is all this waits for."""
-        client = await nats.connect(self.nats.url, name="cluster harness")
+        empty envelope, which a node refuses, sealed: an answer is all this waits for."""
+        client = await self.bus_client()
         try:
             deadline = time.monotonic() + timeout_s
             for node in self.nodes:
@@ -622,7 +654,8 @@ def _print_urls(cluster: LocalCluster, *, incus: bool) -> None:
     lines = [
         f"cluster: front (HAProxy) {cluster.front_url}",
         *(f"cluster: {n.id} {n.url} (log {n.log_path})" for n in cluster.nodes),
-        f"cluster: NATS {cluster.nats.url}",
+        f"cluster: NATS {cluster.nats.url} (a user per node; each node's password is in "
+        f"its environment, the server's configuration in {cluster.nats.config_path})",
         f"cluster: S3 {cluster.s3_endpoint} (artifacts in {cluster.artifacts_url})",
         f"cluster: database {cluster.database_url}",
         f"cluster: control key in {key_file} (mode 0600)",

@@ -5,8 +5,11 @@ docs/deploy.md use (the doc's copy is checked against it by tests/cluster). The 
 HTTP, lets websockets through (a long tunnel timeout once upgraded), checks each node's
 `GET /healthz` every 500 ms so a node that died leaves the rotation within about a second,
 and picks a node by a consistent hash of the request's task id hint: the `Gateway-Task`
-header, else the `task` query parameter (`/v1/tabs?task=...`), else round robin. The hint
-is only locality: any node can serve any task, so a node leaving moves only its own share.
+header on a request with a bearer token, else the `task` query parameter of a tab channel
+(`/v1/tabs?task=...`), else round robin. The hint is only locality: any node can serve any
+task, so a node leaving moves only its own share. A hint steers no more than
+`hints_per_10s` requests of one client (source address) in 10 s; past that its requests go
+round robin, so no client, with a token or a made-up one, can pile its load on one node.
 
     config = render_config(front_port=8080, backends=[Backend("node-1", 8101), ...])
     with haproxy(config, workdir) as front:
@@ -35,6 +38,9 @@ STOP_TIMEOUT_S = 10.0
 # The header and query parameter that carry a request's task id hint.
 TASK_HEADER = "Gateway-Task"
 TASK_PARAM = "task"
+# How many requests of one client a hint may steer in 10 s: a few each second per task an
+# agent on that address drives, before its requests lose their locality (not their answer).
+HINTS_PER_10S = 300
 
 
 class HAProxyUnavailable(RuntimeError):
@@ -74,10 +80,12 @@ def render_config(
     front_host: str = HOST,
     check_host: str | None = None,
     stats_socket: Path | None = None,
+    hints_per_10s: int = HINTS_PER_10S,
 ) -> str:
     """The configuration text. `check_host` is the Host header of the health checks: a
     name every node answers (default: the front's `host:port`, which the nodes know as their
-    public URL); `stats_socket` is where the runtime API listens (server states)."""
+    public URL); `stats_socket` is where the runtime API listens (server states);
+    `hints_per_10s`, the requests of one client a task id hint steers in 10 s."""
     check_host = check_host or f"{front_host}:{front_port}"
     stats = ""
     if stats_socket is not None:
@@ -107,11 +115,24 @@ frontend gateway
     bind {front_host}:{front_port}
     default_backend {BACKEND}
 
+# Per client (source address): how many requests a task id hint steered in the last 10 s.
+backend hints
+    stick-table type ip size 100k expire 30s store http_req_rate(10s)
+
 backend {BACKEND}
-    # The task id hint: the {TASK_HEADER} header, else the `{TASK_PARAM}` query parameter;
-    # with neither the hash has no data and HAProxy falls back to round robin.
-    http-request set-var(txn.task) req.hdr({TASK_HEADER})
-    http-request set-var(txn.task) url_param({TASK_PARAM}) if !{{ var(txn.task) -m found }}
+    # The task id hint: the `{TASK_PARAM}` query parameter of a tab channel (its token comes
+    # in its first frame), or the {TASK_HEADER} header of a request that carries a bearer
+    # token (set last: it wins). Anything else has no hint: the hash has no data and HAProxy
+    # falls back to round robin, so a hint on a request that cannot be a task's steers
+    # nothing.
+    acl bearer req.hdr(authorization) -m beg -i "bearer "
+    acl tab_channel path /v1/tabs
+    http-request set-var(txn.task) url_param({TASK_PARAM}) if tab_channel
+    http-request set-var(txn.task) req.hdr({TASK_HEADER}) if bearer
+    # A client's hints steer {hints_per_10s} requests in 10 s; past that its requests go round
+    # robin like any other, so no client can pile its load on one node (tokens made up or not).
+    http-request track-sc1 src table hints if {{ var(txn.task) -m found }}
+    http-request unset-var(txn.task) if {{ sc_http_req_rate(1,hints) gt {hints_per_10s} }}
     balance hash var(txn.task)
     # Consistent: a node leaving or joining moves only the tasks it held or takes.
     hash-type consistent sdbm avalanche

