@@ -116,6 +116,7 @@ class OriginProxy:
         self._handlers: set[asyncio.Task[None]] = set()
         self.forwarded = 0
         self.blocked = 0
+        self.opened = 0  # upstream connections opened
 
     @property
     def allowed(self) -> frozenset[str]:
@@ -134,6 +135,7 @@ class OriginProxy:
     async def _upstream(
         self, authority: tuple[str, int]
     ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        self.opened += 1
         opener = self._routes.get(authority)
         if opener is not None:
             return await asyncio.wait_for(opener(), CONNECT_TIMEOUT_S)

@@ -1,0 +1,217 @@
+"""Where a navigate's time goes at N sessions: the same page loads, layer by layer.
+
+N pages load the app's page at once, round after round, each way in turn:
+
+1. raw Playwright on a Chromium outside any jail, no proxy (the floor);
+2. the same Chromium with each context behind its own guard proxy on the gateway's
+   loopback (what the guard alone costs);
+3. the jailed Chromium (its own network namespace, Chromium's own sandbox on) with each
+   context behind its guard, reached through the jail's socket (the guard and the jail);
+4. the gateway's `browser.navigate` tool on tasks of that jailed Chromium (besides the
+   above: admission, the settle, the snapshot it returns, evidence). A call turned away as
+   `overloaded` is made again after the time it names, as the contract asks of a client.
+
+For each: p50 and p99 of a load, the CPU per load of this Python process (where the guard
+and the tools run) and of the Chromium tree (from /proc), the upstream connections the
+guard opened per load, and, from a profiled pass of the same loads, the share of this
+process's CPU spent in the guard (`guard_proxy`, `jail`, `guard_host` code). Pages: the
+bench app's page (one document) and `/heavy` (a document with 40 scripts, styles and
+images, as a real app's first load has).
+
+Run: `python -m bench.navigate [--sessions 8] [--rounds 8]`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import cProfile
+import os
+import pstats
+import sys
+import tempfile
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+from bench.browser import Bench, app_process
+from bench.report import cpu_quiet, summary, write
+from gateway.browser.memory import process_tree
+
+MS = 1e3
+GUARD_MODULES = ("guard_proxy", "jail.py", "guard_host")
+
+
+def chromium_cpu_s(pid: int) -> float:
+    """User + system CPU of a browser's process tree so far."""
+    total = 0
+    for child in process_tree(pid):
+        with contextlib.suppress(OSError, IndexError):
+            fields = Path(f"/proc/{child}/stat").read_text().rsplit(")", 1)[1].split()
+            total += int(fields[11]) + int(fields[12])
+    return total / os.sysconf("SC_CLK_TCK")
+
+
+Load = Callable[[int], Awaitable[None]]  # load the page in session i
+
+
+async def rounds_of(load: Load, sessions: int, rounds: int) -> list[float]:
+    times: list[float] = []
+
+    async def one(i: int) -> None:
+        for _ in range(rounds):
+            t0 = time.perf_counter()
+            await load(i)
+            times.append(time.perf_counter() - t0)
+
+    await asyncio.gather(*(one(i) for i in range(sessions)))
+    return times
+
+
+async def measure(
+    name: str,
+    load: Load,
+    sessions: int,
+    rounds: int,
+    chromium_pid: int,
+    connections: Callable[[], int],
+) -> dict[str, Any]:
+    await asyncio.gather(*(load(i) for i in range(sessions)))  # renderers up, not counted
+    await cpu_quiet()
+    opened0, py0, cr0 = connections(), time.process_time(), chromium_cpu_s(chromium_pid)
+    times = await rounds_of(load, sessions, rounds)
+    opened1, py1, cr1 = connections(), time.process_time(), chromium_cpu_s(chromium_pid)
+    loads = len(times)
+    # A profiled pass of its own: the profiler's overhead stays out of the figures above.
+    await cpu_quiet()
+    profile = cProfile.Profile()
+    profile.enable()
+    await rounds_of(load, sessions, max(1, rounds // 2))
+    profile.disable()
+    stats = pstats.Stats(profile)
+    guard = sum(
+        row[2]  # tottime: time in the function's own code
+        for key, row in stats.stats.items()  # type: ignore[attr-defined]
+        if any(module in key[0] for module in GUARD_MODULES)
+    )
+    total = stats.total_tt  # type: ignore[attr-defined]
+    s = summary(times)
+    return {
+        "measure": name,
+        "p50_ms": s["p50"] * MS,
+        "p99_ms": s["p99"] * MS,
+        "python_cpu_ms_per_load": (py1 - py0) * MS / loads,
+        "chromium_cpu_ms_per_load": (cr1 - cr0) * MS / loads,
+        "upstream_connections_per_load": (opened1 - opened0) / loads,
+        "guard_share_of_python_cpu": guard / total if total else 0.0,
+    }
+
+
+async def run(sessions: int, rounds: int, paths: list[str]) -> int:
+    from gateway.browser import BrowserPool
+    from gateway.browser.guard_proxy import OriginProxy
+    from gateway.tokens import Purpose
+
+    rows: list[dict[str, Any]] = []
+    notes: dict[str, Any] = {"sessions": sessions, "rounds": rounds, "load_average": []}
+    with tempfile.TemporaryDirectory() as tmp:
+        async with app_process() as app:
+            bench = Bench(app, Path(tmp), sessions)
+            await bench.processes.start()
+            await bench.raw_processes.start()
+            jailed, raw = bench.processes.live()[0], bench.raw_processes.live()[0]
+            assert jailed.pid is not None and raw.pid is not None
+            gw = await bench.gateway("navigate")
+            pool = gw.services.get(BrowserPool)
+            try:
+                for path in paths:
+                    url = app + path
+                    for label, process, guarded in (
+                        ("raw Playwright, no guard", raw, False),
+                        ("raw Playwright + guard on loopback", raw, True),
+                        ("jailed Chromium + guard", jailed, True),
+                    ):
+                        proxies: list[OriginProxy] = []
+                        contexts: list[Any] = []
+                        pages: list[Any] = []
+                        for _ in range(sessions):
+                            options: dict[str, Any] = {}
+                            if guarded:
+                                proxy = OriginProxy(lambda _blocked: None)
+                                await proxy.start(process.jail, process.pid)
+                                proxy.allow(frozenset({app}))
+                                proxies.append(proxy)
+                                options["proxy"] = {"server": proxy.url}
+                            context = await process.browser.new_context(**options)
+                            contexts.append(context)
+                            pages.append(await context.new_page())
+
+                        async def goto(i: int, pages: list[Any] = pages) -> None:
+                            await pages[i].goto(url)
+
+                        rows.append(
+                            await measure(
+                                f"{path}: {label}",
+                                goto,
+                                sessions,
+                                rounds,
+                                process.pid or 0,
+                                lambda proxies=proxies: sum(p.opened for p in proxies),
+                            )
+                        )
+                        for context in contexts:
+                            await context.close()
+                        for proxy in proxies:
+                            await proxy.close()
+                    tasks = [await bench.new_task(gw) for _ in range(sessions)]
+                    identities = [
+                        await gw.tasks.authenticate(token, Purpose.AGENT) for _, token in tasks
+                    ]
+                    bench.shed = 0
+
+                    async def navigate(i: int, identities: list[Any] = identities) -> None:
+                        result = await bench.call(
+                            gw, identities[i], "browser.navigate", {"url": path}
+                        )
+                        if not result.ok:
+                            raise RuntimeError(f"navigate failed: {result.error}")
+
+                    def opened(tasks: list[tuple[str, str]] = tasks) -> int:
+                        return sum(
+                            session.proxy.opened
+                            for task_id, _ in tasks
+                            if (session := pool.session(task_id)) is not None
+                        )
+
+                    row = await measure(
+                        f"{path}: gateway browser.navigate",
+                        navigate,
+                        sessions,
+                        rounds,
+                        jailed.pid,
+                        opened,
+                    )
+                    row["shed_and_retried"] = bench.shed
+                    rows.append(row)
+                    for task_id, _ in tasks:
+                        await gw.tasks.end(task_id)
+                    notes["load_average"].append(os.getloadavg()[0])
+            finally:
+                await bench.close()
+    write("navigate", rows, notes)
+    return 0
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--sessions", type=int, default=8)
+    parser.add_argument("--rounds", type=int, default=8)
+    parser.add_argument("--paths", default="/,/heavy")
+    args = parser.parse_args()
+    return asyncio.run(run(args.sessions, args.rounds, args.paths.split(",")))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
