@@ -122,7 +122,8 @@ async def run(sessions: int, rounds: int, paths: list[str]) -> int:
             await bench.processes.start()
             await bench.raw_processes.start()
             jailed, raw = bench.processes.live()[0], bench.raw_processes.live()[0]
-            assert jailed.pid is not None and raw.pid is not None
+            assert jailed.pid is not None
+            assert raw.pid is not None
             gw = await bench.gateway("navigate")
             pool = gw.services.get(BrowserPool)
             try:
@@ -148,7 +149,7 @@ async def run(sessions: int, rounds: int, paths: list[str]) -> int:
                             contexts.append(context)
                             pages.append(await context.new_page())
 
-                        async def goto(i: int, pages: list[Any] = pages) -> None:
+                        async def goto(i: int, pages: list[Any] = pages, url: str = url) -> None:
                             await pages[i].goto(url)
 
                         rows.append(
@@ -171,7 +172,9 @@ async def run(sessions: int, rounds: int, paths: list[str]) -> int:
                     ]
                     bench.shed = 0
 
-                    async def navigate(i: int, identities: list[Any] = identities) -> None:
+                    async def navigate(
+                        i: int, identities: list[Any] = identities, path: str = path
+                    ) -> None:
                         result = await bench.call(
                             gw, identities[i], "browser.navigate", {"url": path}
                         )
