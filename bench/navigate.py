@@ -152,6 +152,9 @@ async def run(sessions: int, rounds: int, paths: list[str]) -> int:
                         async def goto(i: int, pages: list[Any] = pages, url: str = url) -> None:
                             await pages[i].goto(url)
 
+                        def guard_opened(proxies: list[OriginProxy] = proxies) -> int:
+                            return sum(p.opened for p in proxies)
+
                         rows.append(
                             await measure(
                                 f"{path}: {label}",
@@ -159,7 +162,7 @@ async def run(sessions: int, rounds: int, paths: list[str]) -> int:
                                 sessions,
                                 rounds,
                                 process.pid or 0,
-                                lambda proxies=proxies: sum(p.opened for p in proxies),
+                                guard_opened,
                             )
                         )
                         for context in contexts:

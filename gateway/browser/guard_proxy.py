@@ -135,6 +135,11 @@ class OriginProxy:
         """Upstream connections opened so far."""
         return self._upstreams.opened
 
+    @property
+    def kept(self) -> int:
+        """Upstream connections kept open, idle, for the next request."""
+        return self._upstreams.idle_count()
+
     def allow(self, origins: frozenset[str]) -> None:
         """Set the origins to forward to (a warm context starts with none)."""
         self._allowed = frozenset(origins)

@@ -9,9 +9,10 @@ framing marks (a length, chunks, or no body), and only when the upstream did not
 close it.
 
 While a connection is idle, a read on it waits: bytes that arrive then (a response
-nobody asked for, more than the framing said) or the upstream closing it end it for good,
-so a reused connection never carries something that does not belong to the next request.
-An idle connection is also closed after `IDLE_S`, before the usual server keep-alive
+nobody asked for, more than the framing said) or the upstream closing it end it for good
+(closed at once, its socket not left half open), so a reused connection never carries
+something that does not belong to the next request. An idle connection is also closed
+after `IDLE_S`, before the usual server keep-alive
 timeouts (5 s for uvicorn and Node, more for most others), so a reuse seldom meets a
 connection the server has just closed; when one does, the guard opens a fresh one
 (`Upstreams.take(fresh=True)`).
@@ -42,7 +43,7 @@ class Upstream:
     writer: asyncio.StreamWriter
     reused: bool = False
     _idle_since: float = 0.0
-    _watch: asyncio.Future[bytes] | None = field(default=None, repr=False)
+    _watch: asyncio.Task[None] | None = field(default=None, repr=False)
 
     def close(self) -> None:
         if self._watch is not None:
@@ -113,9 +114,19 @@ class Upstreams:
             return
         conn.reused = False
         conn._idle_since = self._clock()
-        conn._watch = asyncio.ensure_future(conn.reader.read(1))
-        conn._watch.add_done_callback(_quiet)
+        conn._watch = asyncio.ensure_future(self._watch_idle(authority, conn))
         idle.append(conn)
+
+    async def _watch_idle(self, authority: Authority, conn: Upstream) -> None:
+        """Wait on an idle connection; whatever ends the wait but its being taken (bytes,
+        the upstream's close, `IDLE_S` gone by) closes it and takes it out of the pool."""
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(conn.reader.read(1), self._idle_s)
+        idle = self._idle.get(authority)
+        if idle is not None and conn in idle:
+            idle.remove(conn)
+        conn._watch = None
+        conn.writer.close()
 
     def keep_only(self, authorities: frozenset[Authority]) -> None:
         """Close the idle connections of origins no longer allowed."""
@@ -131,9 +142,3 @@ class Upstreams:
 
     def idle_count(self) -> int:
         return sum(len(idle) for idle in self._idle.values())
-
-
-def _quiet(future: asyncio.Future[bytes]) -> None:
-    if not future.cancelled():
-        with contextlib.suppress(Exception):
-            future.exception()

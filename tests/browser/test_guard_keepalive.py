@@ -163,6 +163,12 @@ async def test_a_connection_the_upstream_closed_is_not_reused(
         await app.close()
     assert all(a.startswith(b"HTTP/1.1 200 OK") for a in answers)
     assert app.connections == 4
+    # And none is left half open on the guard's side once the upstream closed it.
+    for _ in range(200):
+        if guarded[0].kept == 0:
+            break
+        await asyncio.sleep(0.01)
+    assert guarded[0].kept == 0
 
 
 async def test_kept_connections_end_with_the_origin_s_allowance(
