@@ -53,6 +53,18 @@ APP_PAGE = (
     "</button><ul>" + "".join(f"<li>Agent {i} <em>draft</em></li>" for i in range(20)) + "</ul>"
     "</body></html>"
 )
+# A page as a real app's first load makes it: a document and its scripts, styles and images
+# (bench/navigate.py counts the upstream connections the guard opens for it).
+HEAVY_ASSETS = 40
+HEAVY_PAGE = (
+    "<!doctype html><html><head><title>Dashboard</title>"
+    + "".join(f"<link rel=stylesheet href='/static/s{i}.css'>" for i in range(10))
+    + "".join(f"<script src='/static/m{i}.js'></script>" for i in range(20))
+    + "</head><body><h1>Dashboard</h1><button>Save</button>"
+    + "".join(f"<img alt='chart {i}' src='/static/i{i}.svg'>" for i in range(10))
+    + "</body></html>"
+)
+_ASSET_TYPES = {"css": "text/css", "js": "text/javascript", "svg": "image/svg+xml"}
 
 
 # -- the app, in its own process ----------------------------------------------------------
@@ -61,13 +73,33 @@ APP_PAGE = (
 def serve_app(port: int) -> None:
     import uvicorn
     from starlette.applications import Starlette
-    from starlette.responses import HTMLResponse
+    from starlette.responses import HTMLResponse, Response
     from starlette.routing import Route
 
     async def page(_request: Any) -> HTMLResponse:
         return HTMLResponse(APP_PAGE)
 
-    app = Starlette(routes=[Route("/", page), Route("/{path:path}", page)])
+    async def heavy(_request: Any) -> HTMLResponse:
+        return HTMLResponse(HEAVY_PAGE)
+
+    async def asset(request: Any) -> Response:
+        name: str = request.path_params["name"]
+        kind = name.rsplit(".", 1)[-1]
+        body = {
+            "css": f".c{name} {{ color: #123; }}\n" * 40,
+            "js": f"window.loaded = (window.loaded || 0) + 1; // {name}\n" * 40,
+            "svg": "<svg xmlns='http://www.w3.org/2000/svg' width='8' height='8'></svg>",
+        }.get(kind, "")
+        return Response(body, media_type=_ASSET_TYPES.get(kind, "text/plain"))
+
+    app = Starlette(
+        routes=[
+            Route("/heavy", heavy),
+            Route("/static/{name}", asset),
+            Route("/", page),
+            Route("/{path:path}", page),
+        ]
+    )
     uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning", access_log=False)
 
 

@@ -8,7 +8,9 @@ one after a minute. So each such resource has one `Admission`:
 - at most `slots` calls hold it at once; the others wait in the order they came (FIFO: a
   slot that frees goes to the first);
 - a call can expect to wait (calls waiting ahead of it + 1) / slots x the running average
-  of recent holds (nothing while a slot is free and no one waits);
+  of recent holds (nothing while a slot is free and no one waits); a caller that knows
+  what its call costs (`cost_s`: a page's slowest recent actions) says so, and the call
+  is then weighed at that cost, by itself and by the calls behind it;
 - it ends at once, `unavailable`/`overloaded`, retryable, with `details.retry_after_s`
   (that expected wait, rounded up, at least 1 s), when the wait and one hold more do not
   fit in the time its deadline leaves it, or when `max_waiting` calls wait already;
@@ -34,6 +36,8 @@ from gateway.results import ErrorCode, ToolStatus
 # Weight of the newest hold in the running average: it follows a change of load within a
 # few calls, and one slow call does not set it alone.
 RECENT_WEIGHT = 0.2
+# Holds kept to know the slowest recent ones (`slowest_s`).
+RECENT_HOLDS = 32
 
 
 class Admission:
@@ -71,6 +75,8 @@ class Admission:
         self.measured = 0  # holds whose duration went into the average
         self.shed = 0  # calls turned away
         self._waiting: deque[asyncio.Future[None]] = deque()
+        self._costs: dict[asyncio.Future[None], float] = {}  # of waiting calls that said
+        self._recent: deque[float] = deque(maxlen=RECENT_HOLDS)
 
     @property
     def queued(self) -> int:
@@ -82,19 +88,32 @@ class Admission:
         """No call holds a slot or waits for one."""
         return self.running == 0 and not self._waiting
 
+    def slowest_s(self) -> float:
+        """The slowest of the recent holds (the first guess before any)."""
+        return max(self._recent, default=self.average_s)
+
+    def cost(self, cost_s: float | None) -> float:
+        """What a call is expected to hold its slot: its own cost when it is known and more
+        than the average, else the average."""
+        return self.average_s if cost_s is None else max(self.average_s, cost_s)
+
     def expected_wait(self, ahead: int | None = None) -> float:
         """Seconds a call that joins now (behind `ahead` waiting calls: all of them when
         None) can expect to wait for its slot."""
         ahead = len(self._waiting) if ahead is None else ahead
         if ahead == 0 and self.running < self.slots:
             return 0.0
-        # Each slot frees once per hold on the average: the call's turn comes after the
-        # calls ahead of it and one more hold, spread over the slots.
-        return (ahead + 1) / self.slots * self.average_s
+        # Each slot frees once per hold: the call's turn comes after the calls ahead of it
+        # (each at its own cost when it said one) and one more hold, spread over the slots.
+        queued = list(self._waiting)[:ahead]
+        known = sum(self.cost(self._costs.get(turn)) for turn in queued)
+        unknown = ahead - len(queued)
+        return (known + (unknown + 1) * self.average_s) / self.slots
 
-    def fits(self, wait: float, time_left: float) -> bool:
-        """Whether a call that waits `wait` still has time to be served before its deadline."""
-        return wait + self.average_s + self.run_margin_s <= time_left
+    def fits(self, wait: float, time_left: float, cost_s: float | None = None) -> bool:
+        """Whether a call that waits `wait` (and holds its slot `cost_s`, when it knows)
+        still has time to be served before its deadline."""
+        return wait + self.cost(cost_s) + self.run_margin_s <= time_left
 
     def try_acquire(self) -> bool:
         """Take a free slot if there is one and no one waits for it (no await, no deadline
@@ -104,32 +123,36 @@ class Admission:
             return True
         return False
 
-    async def acquire(self, time_left: float = math.inf) -> float:
+    async def acquire(self, time_left: float = math.inf, cost_s: float | None = None) -> float:
         """Take a slot, waiting in line; returns the seconds waited.
 
-        `time_left`: seconds until the call's deadline. Raises the `overloaded` failure,
-        at once, when the call would not get its slot in time; the caller must `release`
-        every slot it was given."""
+        `time_left`: seconds until the call's deadline; `cost_s`: how long the call will
+        hold its slot, when the caller knows better than the average. Raises the
+        `overloaded` failure, at once, when the call would not get its slot in time; the
+        caller must `release` every slot it was given."""
         if self.try_acquire():
             return 0.0
         wait = self.expected_wait()
-        if len(self._waiting) >= self.max_waiting or not self.fits(wait, time_left):
+        if len(self._waiting) >= self.max_waiting or not self.fits(wait, time_left, cost_s):
             raise self._refuse(wait)
         arrived = self.clock()
         deadline = arrived + time_left
         turn: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._waiting.append(turn)
+        if cost_s is not None:
+            self._costs[turn] = cost_s
         try:
             while not turn.done():
                 # The last moment it can take a slot and still be served in time (moved as
                 # the average moves: looked at again each time it comes).
-                give_up = deadline - self.average_s - self.run_margin_s - self.clock()
+                give_up = deadline - self.cost(cost_s) - self.run_margin_s - self.clock()
                 if give_up <= 0:
                     break
                 await asyncio.wait([turn], timeout=give_up if math.isfinite(give_up) else None)
         except BaseException:
             self._leave(turn)
             raise
+        self._costs.pop(turn, None)
         if turn.done():
             return self.clock() - arrived  # the slot was handed over, already counted
         self._leave(turn)
@@ -144,6 +167,7 @@ class Admission:
             else:
                 self.average_s += RECENT_WEIGHT * (held_s - self.average_s)
             self.measured += 1
+            self._recent.append(held_s)
         self._hand_over()
 
     def _hand_over(self) -> None:
@@ -160,6 +184,7 @@ class Admission:
         else:
             self._waiting.remove(turn)
             turn.cancel()
+        self._costs.pop(turn, None)
 
     def _refuse(self, wait: float) -> ToolFailure:
         self.shed += 1

@@ -10,16 +10,24 @@ shared with the tab channel; the numbers below are the browser's):
 - at most `slots` actions (a tool's `BrowserSession.run`, a screenshot) hold it at once;
   the others wait in the order they came;
 - a call ends at once, `unavailable`/`overloaded`, retryable, with `details.retry_after_s`,
-  when its wait and one action more do not fit in the time its deadline leaves it, or when
+  when its wait and its own action do not fit in the time its deadline leaves it, or when
   `max_waiting` calls wait already; a waiting call whose deadline comes too close leaves.
+
+Each page weighs its calls at its own cost (`PageAdmission`): the slowest of its recent
+actions, or, before it has any, the slowest recent action of its process. A running
+average admitted a heavy page's call after a run of light ones where it would not finish
+in time (a stress run: 68 admitted calls timed out), and the calls behind it with it.
 
 A call turned away never reached the page: nothing of it is half done.
 """
 
 from __future__ import annotations
 
+import math
 import time
+from collections import deque
 from collections.abc import Callable
+from typing import Protocol
 
 from gateway import admission
 from gateway.admission import RECENT_WEIGHT
@@ -37,8 +45,18 @@ FIRST_GUESS_S = 0.5
 # What a call does besides its action once admitted (the guard's settle, its evidence and
 # answer): a call that cannot keep this much before its deadline does not start.
 RUN_MARGIN_S = 0.25
+# A page's own actions kept to know its slowest.
+PAGE_HOLDS = 8
 
-__all__ = ["FIRST_GUESS_S", "RECENT_WEIGHT", "RUN_MARGIN_S", "WAITING_PER_SLOT", "Admission"]
+__all__ = [
+    "FIRST_GUESS_S",
+    "RECENT_WEIGHT",
+    "RUN_MARGIN_S",
+    "WAITING_PER_SLOT",
+    "ActionSlots",
+    "Admission",
+    "PageAdmission",
+]
 
 
 class Admission(admission.Admission):
@@ -62,3 +80,32 @@ class Admission(admission.Admission):
             clock=clock,
             on_shed=on_shed,
         )
+
+
+class ActionSlots(Protocol):
+    """What a page's session needs of an admission: a slot for each action."""
+
+    async def acquire(self, time_left: float = math.inf) -> float: ...
+
+    def release(self, held_s: float | None) -> None: ...
+
+
+class PageAdmission:
+    """One page's calls to its process's `Admission`, each weighed at the page's own cost:
+    the slowest of its last `PAGE_HOLDS` actions (a page that loads for seconds is known
+    as one), or the process's slowest recent action while the page has none."""
+
+    def __init__(self, shared: Admission) -> None:
+        self.shared = shared
+        self._holds: deque[float] = deque(maxlen=PAGE_HOLDS)
+
+    def cost_s(self) -> float:
+        return max(self._holds, default=self.shared.slowest_s())
+
+    async def acquire(self, time_left: float = math.inf) -> float:
+        return await self.shared.acquire(time_left, cost_s=self.cost_s())
+
+    def release(self, held_s: float | None) -> None:
+        if held_s is not None:
+            self._holds.append(held_s)
+        self.shared.release(held_s)

@@ -7,8 +7,13 @@ is one of the task's; a CONNECT (HTTPS, and websockets, which Chromium always tu
 to an allowed host and port. Everything else is answered here, never forwarded, and
 reported to `on_block`, so the foreign server never receives a byte.
 
-Each forwarded request gets its own upstream connection and `Connection: close`: a client
-connection can then never carry a second, unchecked request.
+Each client connection carries one request, answered with `Connection: close`: a client
+connection can then never carry a second, unchecked request. Upstream, connections are kept
+alive per origin (`upstream.py`: the proxy is one task's, so the pool is per task and
+origin): a page's first load of dozens of resources reuses a few connections instead of
+opening one per request. A response goes back to the browser with the upstream's own
+framing (its length or its chunks), and the connection is reused only when that framing
+marks where the response ends.
 
 An allowed origin may be routed (`route`): its upstream connection is then opened by the
 route's opener (a provisioned sandbox's app on its unix socket, gateway/browser/app_link.py)
@@ -31,13 +36,16 @@ from gateway.origins import OriginError, origin_of
 
 from .app_link import Opener
 from .jail import GUARD_PORT, BrowserJail
+from .upstream import Upstreams
 
 log = logging.getLogger(__name__)
 
 MAX_HEAD_BYTES = 64 * 1024
 HEAD_TIMEOUT_S = 30.0
 CONNECT_TIMEOUT_S = 10.0
-_CHUNK = 64 * 1024
+# Bodies are relayed in reads of up to this much: a response's bytes cost one read and
+# one write per chunk that the kernel hands over, not per line.
+_CHUNK = 256 * 1024
 _METHOD = re.compile(r"^[A-Z]{1,16}$")
 _HOP_BY_HOP = frozenset(
     {
@@ -116,15 +124,27 @@ class OriginProxy:
         self._handlers: set[asyncio.Task[None]] = set()
         self.forwarded = 0
         self.blocked = 0
+        self._upstreams = Upstreams(self._upstream)
 
     @property
     def allowed(self) -> frozenset[str]:
         return self._allowed
 
+    @property
+    def opened(self) -> int:
+        """Upstream connections opened so far."""
+        return self._upstreams.opened
+
+    @property
+    def kept(self) -> int:
+        """Upstream connections kept open, idle, for the next request."""
+        return self._upstreams.idle_count()
+
     def allow(self, origins: frozenset[str]) -> None:
         """Set the origins to forward to (a warm context starts with none)."""
         self._allowed = frozenset(origins)
         self._authorities = frozenset(authority_of(o) for o in origins)
+        self._upstreams.keep_only(self._authorities)
 
     def route(self, origin: str, opener: Opener) -> None:
         """Reach `origin` through `opener` instead of a TCP connection (it is still forwarded
@@ -169,6 +189,7 @@ class OriginProxy:
             self._jailed = None
         if self._server is not None:
             self._server.close()
+        self._upstreams.close()
         for task in list(self._handlers):
             task.cancel()
         if self._handlers:
@@ -275,29 +296,62 @@ class OriginProxy:
             else:
                 await _answer(writer, 403, "Forbidden")
             return
-        try:
-            up_reader, up_writer = await self._upstream(authority_of(origin))
-        except (OSError, TimeoutError):
-            await _answer(writer, 502, "Bad Gateway")
-            return
+        path = parts.path or "/"
+        if parts.query:
+            path += "?" + parts.query
+        lines = [f"{method} {path} HTTP/1.1", f"Host: {parts.netloc.rsplit('@', 1)[-1]}"]
+        for name, value in raw_headers:
+            lowered = name.lower()
+            if lowered in _HOP_BY_HOP or lowered == "host":
+                continue
+            lines.append(f"{name}: {value}")
+        request_head = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
+        # A request with a body streams it from the browser as it goes: it could not be
+        # sent again on a fresh connection, so it never goes out on a kept one.
+        has_body = "transfer-encoding" in headers or headers.get("content-length", "0") not in (
+            "",
+            "0",
+        )
+        authority = authority_of(origin)
         self.forwarded += 1
-        try:
-            path = parts.path or "/"
-            if parts.query:
-                path += "?" + parts.query
-            lines = [f"{method} {path} HTTP/1.1", f"Host: {parts.netloc.rsplit('@', 1)[-1]}"]
-            for name, value in raw_headers:
-                lowered = name.lower()
-                if lowered in _HOP_BY_HOP or lowered == "host":
+        retried = False
+        while True:
+            try:
+                upstream = await self._upstreams.take(authority, fresh=has_body or retried)
+            except (OSError, TimeoutError):
+                await _answer(writer, 502, "Bad Gateway")
+                return
+            try:
+                upstream.writer.write(request_head)
+                await _relay_body(headers, reader, upstream.writer)
+                await upstream.writer.drain()
+                head = await upstream.reader.readuntil(b"\r\n\r\n")
+            except (asyncio.IncompleteReadError, ConnectionError) as exc:
+                upstream.close()
+                # A kept connection the upstream closed just as it was reused: nothing of
+                # the request was answered, so it goes again on a fresh one.
+                if upstream.reused and not retried and not _partial(exc):
+                    retried = True
                     continue
-                lines.append(f"{name}: {value}")
-            lines.append("Connection: close")
-            up_writer.write(("\r\n".join(lines) + "\r\n\r\n").encode("latin-1"))
-            await _relay_body(headers, reader, up_writer)
-            await up_writer.drain()
-            await _relay_response(up_reader, writer)
-        finally:
-            up_writer.close()
+                raise
+            except BaseException:
+                upstream.close()
+                raise
+            break
+        try:
+            reusable = await _relay_response(method, head, upstream.reader, writer)
+        except BaseException:
+            upstream.close()
+            raise
+        if reusable:
+            self._upstreams.give_back(authority, upstream)
+        else:
+            upstream.close()
+
+
+def _partial(exc: BaseException) -> bool:
+    """Whether the upstream had begun an answer before the connection failed."""
+    return isinstance(exc, asyncio.IncompleteReadError) and bool(exc.partial)
 
 
 def _parse_head(head: bytes) -> tuple[str, dict[str, str], list[tuple[str, str]]]:
@@ -319,45 +373,87 @@ async def _relay_body(
 ) -> None:
     """Copy exactly the request's body (by Content-Length or chunked framing), no more."""
     if "chunked" in headers.get("transfer-encoding", "").lower():
-        while True:
-            size_line = await reader.readuntil(b"\r\n")
-            up_writer.write(size_line)
-            size = int(size_line.split(b";", 1)[0].strip() or b"0", 16)
-            if size == 0:
-                # Trailers, then the blank line that ends the body.
-                while True:
-                    line = await reader.readuntil(b"\r\n")
-                    up_writer.write(line)
-                    if line == b"\r\n":
-                        return
-            up_writer.write(await reader.readexactly(size + 2))
-            await up_writer.drain()
-    length = int(headers.get("content-length", "0") or "0")
+        await _relay_chunked(reader, up_writer)
+        return
+    await _relay_exact(reader, up_writer, int(headers.get("content-length", "0") or "0"))
+
+
+async def _relay_chunked(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
+    """Copy one chunked body, trailers and its closing blank line included."""
+    while True:
+        size_line = await src.readuntil(b"\r\n")
+        dst.write(size_line)
+        size = int(size_line.split(b";", 1)[0].strip() or b"0", 16)
+        if size == 0:
+            # Trailers, then the blank line that ends the body.
+            while True:
+                line = await src.readuntil(b"\r\n")
+                dst.write(line)
+                if line == b"\r\n":
+                    return
+        await _relay_exact(src, dst, size + 2)
+
+
+async def _relay_exact(src: asyncio.StreamReader, dst: asyncio.StreamWriter, length: int) -> None:
     while length > 0:
-        chunk = await reader.read(min(length, _CHUNK))
+        chunk = await src.read(min(length, _CHUNK))
         if not chunk:
-            raise ConnectionError("the client closed mid-body")
-        up_writer.write(chunk)
+            raise ConnectionError("the connection closed mid-body")
+        dst.write(chunk)
         length -= len(chunk)
-        await up_writer.drain()
+        await dst.drain()
 
 
-async def _relay_response(up_reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-    """Send the upstream's answer back with `Connection: close`, then its bytes to the end."""
-    head = await up_reader.readuntil(b"\r\n\r\n")
-    status_line, _headers, raw = _parse_head(head)
-    status = status_line.split(" ", 2)
-    if len(status) >= 2 and status[1].startswith("1"):
-        writer.write(head)  # an interim answer: relayed as is, then everything after it
-    else:
-        lines = [status_line]
-        lines += [f"{n}: {v}" for n, v in raw if n.lower() not in _HOP_BY_HOP]
-        lines.append("Connection: close")
-        writer.write(("\r\n".join(lines) + "\r\n\r\n").encode("latin-1"))
-    while chunk := await up_reader.read(_CHUNK):
-        writer.write(chunk)
+async def _relay_to_end(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
+    while chunk := await src.read(_CHUNK):
+        dst.write(chunk)
+        await dst.drain()
+    await dst.drain()
+
+
+async def _relay_response(
+    method: str, head: bytes, up_reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+) -> bool:
+    """Send the upstream's answer (its head `head` read already) back with `Connection:
+    close`, then its body; returns whether the upstream connection can carry another
+    request (the body's end was marked by its framing, and the upstream keeps it open)."""
+    while True:
+        status_line, headers, raw = _parse_head(head)
+        status = status_line.split(" ", 2)
+        code = int(status[1]) if len(status) >= 2 and status[1].isdigit() else 0
+        if 100 <= code < 200 and code != 101:
+            writer.write(head)  # an interim answer (100 Continue, 103 Early Hints): as is
+            head = await up_reader.readuntil(b"\r\n\r\n")
+            continue
+        break
+    if not 200 <= code < 600:
+        # A protocol switch or something that is not HTTP: its bytes as they come, to the end.
+        writer.write(head)
+        await _relay_to_end(up_reader, writer)
+        return False
+    lines = [status_line]
+    lines += [f"{n}: {v}" for n, v in raw if n.lower() not in _HOP_BY_HOP]
+    lines.append("Connection: close")
+    writer.write(("\r\n".join(lines) + "\r\n\r\n").encode("latin-1"))
+    keep = status[0] == "HTTP/1.1" and "close" not in headers.get("connection", "").lower()
+    if method == "HEAD" or code in (204, 304):
         await writer.drain()
+        return keep
+    coding = headers.get("transfer-encoding", "").lower()
+    lengths = {v.strip() for n, v in raw if n.lower() == "content-length"}
+    if coding:
+        if coding.rsplit(",", 1)[-1].strip() != "chunked":
+            await _relay_to_end(up_reader, writer)
+            return False
+        await _relay_chunked(up_reader, writer)
+    elif len(lengths) == 1 and (length := lengths.pop()).isdigit():
+        await _relay_exact(up_reader, writer, int(length))
+    else:
+        # No framing (or a contradictory one): the body ends when the upstream closes.
+        await _relay_to_end(up_reader, writer)
+        return False
     await writer.drain()
+    return keep
 
 
 async def _pipe(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:

@@ -28,7 +28,7 @@ from gateway.ports import Placement
 from gateway.results import ErrorCode, ToolStatus
 from gateway.settings import Settings
 
-from .admission import Admission
+from .admission import Admission, PageAdmission
 from .app_link import AppLink
 from .errors import browser_unavailable
 from .processes import BrowserProcess, BrowserProcesses
@@ -284,7 +284,7 @@ class BrowserPool:
                     snapshot_max_chars=self.settings.browser_snapshot_max_chars,
                     trace=self.settings.browser_trace,
                     keep_screenshots=self.settings.browser_screenshots,
-                    admission=self.admissions[process.index],
+                    admission=PageAdmission(self.admissions[process.index]),
                 ),
                 OPEN_TIMEOUT_S,
             )

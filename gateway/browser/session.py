@@ -50,7 +50,7 @@ from gateway.results import ErrorCode, ToolStatus
 from gateway.store.database import ArtifactRef
 from gateway.task_log import Level
 
-from .admission import Admission
+from .admission import ActionSlots, Admission
 from .app_link import AppLink
 from .errors import browser_unavailable, map_playwright_error
 from .guard_proxy import BlockedRequest, OriginProxy
@@ -106,11 +106,11 @@ class BrowserSession:
         snapshot_max_chars: int,
         trace: bool,
         keep_screenshots: bool = False,
-        admission: Admission | None = None,
+        admission: ActionSlots | None = None,
     ) -> None:
         self.process = process
         # The action slots of its process, shared with the process's other contexts.
-        self.admission = admission if admission is not None else Admission(1)
+        self.admission: ActionSlots = admission if admission is not None else Admission(1)
         self.context = context
         self.page = page
         self.proxy = proxy
@@ -157,7 +157,7 @@ class BrowserSession:
         snapshot_max_chars: int,
         trace: bool,
         keep_screenshots: bool = False,
-        admission: Admission | None = None,
+        admission: ActionSlots | None = None,
     ) -> BrowserSession:
         """A fresh context and page that can reach nothing until `assign` names a task."""
         holder: list[BrowserSession] = []
