@@ -155,6 +155,9 @@ class BrowserSession:
         # trace's screenshots would show them, so a trace of such a task keeps none.
         self.visible_secrets = False
         self.signals = Signals()
+        # Playwright resolves a ref against the page's latest snapshot only: after one of
+        # part of the page, a ref of the whole page's would not resolve until the next.
+        self._partial_map = False
         self.created_at = time.time()
         self.last_used = time.monotonic()
         self.lost: str | None = None  # why the browser under this session is gone
@@ -576,14 +579,18 @@ class BrowserSession:
         *,
         dialog_aware: bool = False,
         answers_dialog: bool = False,
+        keeps_refs: bool = False,
     ) -> T:
         """Run one call's action on the page, then settle and apply the guard's verdict.
 
         With `dialog_aware`, the action's answer is a dict, and a dialog the action opens ends
         the call at once with what the page asked (the action waits, parked, for
         `browser.handle_dialog`); without, such a dialog is dismissed. A dialog still open
-        when a call starts is dismissed first (unless the call `answers_dialog`)."""
+        when a call starts is dismissed first (unless the call `answers_dialog`). Unless
+        the call `keeps_refs` (a snapshot of its own), every ref the agent holds resolves."""
         try:
+            if not keeps_refs:
+                action = self._with_refs(action)
             return await self._run(ctx, action, dialog_aware, answers_dialog)
         finally:
             self.release_start()
@@ -608,6 +615,17 @@ class BrowserSession:
                     return await self._act(ctx, action, answers_dialog)
                 finally:
                     self._in_call = self._dialog_aware = False
+
+    def _with_refs(self, action: Callable[[Page], Awaitable[T]]) -> Callable[[Page], Awaitable[T]]:
+        async def restored(page: Page) -> T:
+            if self._partial_map:
+                # Taken again, whole, so the refs of the whole page's snapshot resolve (the
+                # elements keep their refs from one snapshot to the next).
+                await page.aria_snapshot(mode="ai", timeout=SNAPSHOT_TIMEOUT_MS)
+                self._partial_map = False
+            return await action(page)
+
+        return restored
 
     async def _before(self, answers_dialog: bool) -> None:
         """A dialog left open, and an action it had parked, end before the next call acts."""
@@ -784,6 +802,7 @@ class BrowserSession:
             full=scope is None and depth is None,
         )
         self.refs.learn(snap)
+        self._partial_map = not snap.full
         if snap.full:
             self.latest = snap
         return snap

@@ -53,7 +53,7 @@ ACTIONABLE_ROLES = frozenset(
         "button", "link", "textbox", "searchbox", "combobox", "listbox", "option",
         "checkbox", "radio", "switch", "slider", "spinbutton", "tab", "menuitem",
         "menuitemcheckbox", "menuitemradio", "treeitem", "heading", "dialog", "form",
-        "table", "grid", "list", "navigation", "main", "region", "iframe",
+        "table", "grid", "list", "listitem", "navigation", "main", "region", "iframe",
     }
 )  # fmt: skip
 _LINE_REF = re.compile(r"^(\s*- )([a-z]+)(.*?) \[ref=[a-z0-9]{1,32}\](.*)$")

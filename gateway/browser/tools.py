@@ -145,7 +145,7 @@ async def snapshot(ctx: ToolContext, args: SnapshotInput) -> dict[str, Any]:
         snap = await session.take_snapshot(page, scope=scope, depth=args.depth)
         return {"url": page.url, **snapshot_fields(snap)}
 
-    return await session.run(ctx, act)
+    return await session.run(ctx, act, keeps_refs=args.ref is None)
 
 
 async def click(ctx: ToolContext, args: ClickInput) -> dict[str, Any]:
@@ -155,12 +155,14 @@ async def click(ctx: ToolContext, args: ClickInput) -> dict[str, Any]:
         navigations, choosers = session.navigations, session.file_choosers
         await locator(session, args.ref).click(timeout=ACTION_TIMEOUT_MS)
         result: dict[str, Any] = {"clicked": args.ref}
+        result.update(await after_action(session, page, navigations, args.snapshot))
+        # The chooser's event comes after the click: the snapshot since has let it in.
         if session.file_choosers > choosers:
             result["file_chooser"] = (
                 "the click opened a file chooser, which takes no file from a click: "
                 f"browser.upload with ref {args.ref} and the workspace files"
             )
-        return {**result, **await after_action(session, page, navigations, args.snapshot)}
+        return result
 
     return await acted(ctx, session, act)
 
