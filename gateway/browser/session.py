@@ -24,6 +24,7 @@ app went down ends so too, whatever the page showed.
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import logging
 import math
@@ -59,7 +60,7 @@ from . import dialogs, trace_scrub
 from .admission import Admission
 from .app_link import AppLink
 from .dialogs import PendingDialog
-from .errors import browser_unavailable, map_playwright_error
+from .errors import browser_unavailable, first_line, map_playwright_error
 from .guard_proxy import BlockedRequest, OriginProxy
 from .policy import BLANK, is_browser_service, page_url_allowed
 from .processes import BrowserProcess
@@ -158,6 +159,8 @@ class BrowserSession:
         # Playwright resolves a ref against the page's latest snapshot only: after one of
         # part of the page, a ref of the whole page's would not resolve until the next.
         self._partial_map = False
+        self._first_targets: dict[Page, str] = {}
+        self._popup_seen = asyncio.Event()
         self.created_at = time.time()
         self.last_used = time.monotonic()
         self.lost: str | None = None  # why the browser under this session is gone
@@ -237,6 +240,18 @@ class BrowserSession:
     def _watch(self) -> None:
         self._watch_page(self.page)
         self.context.on("page", self._popup)
+        self.context.on("request", self._first_request)
+
+    def _first_request(self, request: Request) -> None:
+        """Where a popup went first, seen before the popup is (Playwright hands a popup
+        over once its first navigation is over, which the guard may have refused)."""
+        if not request.is_navigation_request():
+            return
+        with contextlib.suppress(PlaywrightError):
+            page = request.frame.page
+            if page not in self.pages.values() and page not in self._first_targets:
+                self._first_targets[page] = request.url
+                self._popup_seen.clear()
 
     def _watch_page(self, page: Page) -> None:
         page.on("framenavigated", lambda frame: self._navigated(page, frame))
@@ -393,24 +408,39 @@ class BrowserSession:
 
     async def _keep_download(self, download: Download) -> None:
         """The downloaded file as an artifact of the task, when it is within the bound and
-        the task's artifact quota; else it is refused, and the refusal recorded."""
+        the task's artifact quota; else it is refused, and the refusal recorded.
+
+        Chromium's own download is cancelled (a jailed Chromium's user may not write where
+        Playwright keeps downloads): the page that started it reads the file again, through
+        the guard, from its own origin (or its blob: or data: URL), bounded as it streams."""
         identity = self.identity
+        url = download.url
         name = download.suggested_filename[:200] or "download"
+        with contextlib.suppress(PlaywrightError):
+            await download.cancel()
         refusal: str | None = None
         data = b""
-        try:
-            with tempfile.TemporaryDirectory() as tmp:
-                path = Path(tmp) / "download"
-                await asyncio.wait_for(download.save_as(path), DOWNLOAD_TIMEOUT_S)
-                size = path.stat().st_size
-                if size > self.download_max_bytes:
-                    refusal = f"{size} bytes, over the bound of {self.download_max_bytes}"
+        if not (page_url_allowed(url, self.origins) or url.startswith(("blob:", "data:"))):
+            refusal = "its URL is not on the task's origins"
+        else:
+            try:
+                got = await asyncio.wait_for(
+                    download.page.evaluate(
+                        _READ_DOWNLOAD, {"url": url, "limit": self.download_max_bytes}
+                    ),
+                    DOWNLOAD_TIMEOUT_S,
+                )
+            except TimeoutError:
+                refusal = "it did not finish in time"
+            except PlaywrightError as exc:
+                refusal = f"it could not be read: {first_line(exc)}"
+            else:
+                if "over" in got:
+                    refusal = f"it is over the bound of {self.download_max_bytes} bytes"
+                elif "status" in got:
+                    refusal = f"the app answered {got['status']}"
                 else:
-                    data = await asyncio.to_thread(path.read_bytes)
-        except (TimeoutError, PlaywrightError) as exc:
-            with contextlib.suppress(PlaywrightError):
-                await download.cancel()
-            refusal = "it did not finish in time" if isinstance(exc, TimeoutError) else "failed"
+                    data = base64.b64decode(got["data"])
         if identity is None:
             return
         if refusal is None:
@@ -421,17 +451,18 @@ class BrowserSession:
             except Exception as exc:  # the store's quota, or the store itself
                 refusal = str(exc)[:300]
             else:
-                kept = {"url": download.url[:512], "name": name, "artifact": ref.public()}
+                kept = {"url": url[:512], "name": name, "artifact": ref.public()}
                 self.note("downloads", kept)
                 await self.sink.record(identity, "download_kept", kept)
                 return
-        refused = {"url": download.url[:512], "name": name, "refused": refusal}
+        refused = {"url": url[:512], "name": name, "refused": refusal}
         self.note("downloads", refused)
         await self.sink.record(identity, "download_refused", refused)
 
     # -- pages ------------------------------------------------------------------------------
 
     def _popup(self, popup: Page) -> None:
+        self._popup_seen.set()
         if popup in self.pages.values():
             return
         if len(self.pages) >= MAX_PAGES:
@@ -444,6 +475,9 @@ class BrowserSession:
         self._spawn(self._adopt_popup(page_id, popup))
 
     async def _popup_target(self, popup: Page) -> str:
+        first = self._first_targets.pop(popup, None)
+        if first is not None:
+            return first
         target = popup.url
         if target == BLANK:
             # The popup's first navigation may not have started yet: its request says where.
@@ -725,6 +759,10 @@ class BrowserSession:
 
     async def _settle(self) -> None:
         """Let the action's direct consequences (popups, a restore) finish before judging."""
+        # A popup's first request has been seen, the popup itself not yet: it is coming.
+        if self._first_targets:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._popup_seen.wait(), POPUP_WAIT_MS / 1000)
         waiting = [f for f in self._background if not f.done()]
         if self._restoring is not None and not self._restoring.done():
             waiting.append(self._restoring)
@@ -883,6 +921,29 @@ class BrowserSession:
             log.warning("the trace of task %s could not be kept: %r", identity.task_id, exc)
             return None
 
+
+# Reads a download's bytes in the page that started it, stopping past `limit`.
+_READ_DOWNLOAD = """async ({url, limit}) => {
+  const response = await fetch(url, {credentials: "include"});
+  if (!response.ok) return {status: response.status};
+  const reader = response.body.getReader();
+  const chunks = [];
+  let size = 0;
+  for (;;) {
+    const {done, value} = await reader.read();
+    if (done) break;
+    size += value.length;
+    if (size > limit) { await reader.cancel(); return {over: size}; }
+    chunks.push(value);
+  }
+  let text = "";
+  for (const chunk of chunks) {
+    for (let i = 0; i < chunk.length; i += 0x8000) {
+      text += String.fromCharCode.apply(null, chunk.subarray(i, i + 0x8000));
+    }
+  }
+  return {data: btoa(text)};
+}"""
 
 # Snapshots without a filled text box (most) skip the look for secret fields.
 _TEXTBOX_WITH_VALUE = "]: "

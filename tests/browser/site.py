@@ -195,8 +195,7 @@ def allowed_app(foreign: str) -> Starlette:
     async def frames(_r: Request) -> Response:
         return _page(
             "Frames",
-            "<h1>Frames</h1><iframe title='Inner' src='/second?in=frame'></iframe>"
-            f"<iframe title='Outer' src='{foreign}/framed'></iframe>",
+            "<h1>Frames</h1><iframe title='Inner' src='/second?in=frame'></iframe>",
         )
 
     return Starlette(
