@@ -38,9 +38,7 @@ async def test_the_trace_artifact_holds_no_secret_the_evidence_redacts(
         password = snapshot_ref(snap, 'textbox "Password"')
         user, code = snapshot_ref(snap, 'textbox "User"'), snapshot_ref(snap, 'textbox "Code"')
         assert (await b.call(task, "browser.fill", ref=password, value=TYPED_PASSWORD)).ok
-        assert (
-            await b.call(task, "browser.fill", ref=user, value=TYPED_SECRET, secret=True)
-        ).ok
+        assert (await b.call(task, "browser.fill", ref=user, value=TYPED_SECRET, secret=True)).ok
         assert (await b.call(task, "browser.type", ref=code, text=KEY_BY_KEY)).ok
         shown = (await b.call(task, "browser.snapshot")).output["snapshot"]
         for value in (TYPED_PASSWORD, TYPED_SECRET, KEY_BY_KEY, PRESET):
