@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Awaitable, Callable
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,7 +20,7 @@ from playwright.async_api import Locator, Page
 from pydantic import BaseModel, ConfigDict, Field
 
 from gateway.errors import ToolFailure
-from gateway.registry import ToolContext
+from gateway.registry import Handler, ToolContext
 from gateway.settings import Settings
 
 from .errors import first_line
@@ -50,6 +51,19 @@ class Limits:
 
 
 DEFAULT_LIMITS = Limits()
+# The calling gateway's limits, set around each browser tool's handler (`with_limits`).
+LIMITS: ContextVar[Limits] = ContextVar("browser_limits", default=DEFAULT_LIMITS)
+
+
+def with_limits(limits: Limits, handler: Handler) -> Handler:
+    async def bound(ctx: ToolContext, args: Any) -> Any:
+        token = LIMITS.set(limits)
+        try:
+            return await handler(ctx, args)
+        finally:
+            LIMITS.reset(token)
+
+    return bound
 
 
 class Input(BaseModel):
@@ -66,9 +80,9 @@ class Action(Input):
 RefField = Field(pattern=REF_PATTERN, description="An element ref from browser.snapshot.")
 
 
-async def session_of(ctx: ToolContext, limits: Limits = DEFAULT_LIMITS) -> BrowserSession:
+async def session_of(ctx: ToolContext) -> BrowserSession:
     session = await ctx.service(BrowserPool).session_for(ctx.identity)
-    session.download_max_bytes = limits.download_max_bytes
+    session.download_max_bytes = LIMITS.get().download_max_bytes
     return session
 
 

@@ -22,9 +22,8 @@ from gateway.results import ErrorCode, ToolStatus
 
 from .acting import (
     ACTION_TIMEOUT_MS,
-    DEFAULT_LIMITS,
+    LIMITS,
     Action,
-    Limits,
     acted,
     after_action,
     locator,
@@ -287,10 +286,9 @@ class UploadInput(Action):
 CHOOSER_WAIT_MS = 5_000
 
 
-async def upload(
-    ctx: ToolContext, args: UploadInput, limits: Limits = DEFAULT_LIMITS
-) -> dict[str, Any]:
-    session = await session_of(ctx, limits)
+async def upload(ctx: ToolContext, args: UploadInput) -> dict[str, Any]:
+    session = await session_of(ctx)
+    limits = LIMITS.get()
     files = await asyncio.to_thread(
         workspace_files, ctx.identity, ctx, args.paths, limits.upload_max_bytes
     )

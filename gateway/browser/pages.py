@@ -85,6 +85,7 @@ async def _history(ctx: ToolContext, args: HistoryInput, forward: bool) -> dict[
     session = await session_of(ctx)
 
     async def act(page: Page) -> dict[str, Any]:
+        session.leaving = True
         move = page.go_forward if forward else page.go_back
         response = await move(wait_until="load", timeout=NAVIGATION_TIMEOUT_MS)
         result: dict[str, Any] = {

@@ -78,6 +78,8 @@ SCREENSHOT_TIMEOUT_MS = 10_000
 LOG_TEXT_CHARS = 2000
 # Pages a task may hold at once (its first and the popups it kept); a popup beyond is closed.
 MAX_PAGES = 8
+# Dialogs dismissed while a call leaves the page, past which the page is taken as stuck.
+STUCK_AFTER_DIALOGS = 5
 DOWNLOAD_TIMEOUT_S = 60.0
 DEFAULT_DOWNLOAD_MAX_BYTES = 32 * 1024 * 1024
 
@@ -148,6 +150,12 @@ class BrowserSession:
         self.parked: asyncio.Future[Any] | None = None
         self._in_call = False
         self._dialog_aware = False
+        # A call that leaves the page: only the page's own "leave this page?" is shown.
+        self.leaving = False
+        # Set when the page being left keeps opening dialogs: it will not unload.
+        self.stuck = asyncio.Event()
+        self._dismissed_leaving = 0
+        self._opening_own = False
         self.file_choosers = 0  # file choosers a page opened (for browser.upload to say)
         self.download_max_bytes = DEFAULT_DOWNLOAD_MAX_BYTES
         # Password-field values the page held, seen by snapshots: kept out of the trace.
@@ -463,7 +471,7 @@ class BrowserSession:
 
     def _popup(self, popup: Page) -> None:
         self._popup_seen.set()
-        if popup in self.pages.values():
+        if popup in self.pages.values() or self._opening_own:
             return
         if len(self.pages) >= MAX_PAGES:
             self._spawn(self._refuse_popup(popup, f"the task holds {MAX_PAGES} pages already"))
@@ -527,6 +535,26 @@ class BrowserSession:
         self._navigating.clear()
         self.latest = None
 
+    async def replace_page(self) -> Page:
+        """A fresh page in place of the current one, which is closed: for a page that
+        cannot be left (its script never stops opening dialogs, so it never unloads)."""
+        old = self.page
+        self._opening_own = True
+        try:
+            new = await self.context.new_page()
+        finally:
+            self._opening_own = False
+        self._watch_page(new)
+        self.pages[self.page_id] = new
+        self.page = new
+        self.document += 1
+        self._document_url = BLANK
+        self._navigating.clear()
+        self.latest = None
+        self.note("pages_replaced", {"page": self.page_id, "why": "it could not be left"})
+        self._spawn(old.close())
+        return new
+
     def _page_closed(self, page: Page) -> None:
         page_id = next((k for k, v in self.pages.items() if v is page), None)
         if page_id is None:
@@ -549,6 +577,12 @@ class BrowserSession:
             return
         if self._in_call and not self._dialog_aware:
             self._spawn(self.dismiss_dialog(pending, "it opened during a call that cannot show it"))
+            return
+        if self._in_call and self.leaving and dialog.type != "beforeunload":
+            self._spawn(self.dismiss_dialog(pending, "it opened while the page was being left"))
+            self._dismissed_leaving += 1
+            if self._dismissed_leaving >= STUCK_AFTER_DIALOGS:
+                self.stuck.set()
             return
         self._dialogs_on_document += 1
         if self.dialog is not None:
@@ -645,10 +679,12 @@ class BrowserSession:
                 raise down
             async with self._admitted(ctx.time_left(), ctx.evidence):
                 self._in_call, self._dialog_aware = True, dialog_aware
+                self._dismissed_leaving = 0
+                self.stuck.clear()
                 try:
                     return await self._act(ctx, action, answers_dialog)
                 finally:
-                    self._in_call = self._dialog_aware = False
+                    self._in_call = self._dialog_aware = self.leaving = False
 
     def _with_refs(self, action: Callable[[Page], Awaitable[T]]) -> Callable[[Page], Awaitable[T]]:
         async def restored(page: Page) -> T:

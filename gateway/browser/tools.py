@@ -7,6 +7,8 @@ belong to that snapshot; the evidence of each call names the page it acted on.
 
 from __future__ import annotations
 
+import asyncio
+from dataclasses import replace
 from typing import Any
 
 from playwright.async_api import Page
@@ -28,6 +30,7 @@ from .acting import (
     session_of,
     snapshot_after_load,
     snapshot_fields,
+    with_limits,
 )
 from .acting import (
     Action as _Action,
@@ -118,7 +121,22 @@ async def navigate(ctx: ToolContext, args: NavigateInput) -> dict[str, Any]:
     session = await session_of(ctx)
 
     async def act(page: Page) -> dict[str, Any]:
-        response = await page.goto(target, wait_until="load", timeout=NAVIGATION_TIMEOUT_MS)
+        session.leaving = True
+        going = asyncio.ensure_future(
+            page.goto(target, wait_until="load", timeout=NAVIGATION_TIMEOUT_MS)
+        )
+        stuck = asyncio.ensure_future(session.stuck.wait())
+        try:
+            await asyncio.wait({going, stuck}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stuck.cancel()
+        if going.done():
+            response = going.result()
+        else:
+            # The page keeps opening dialogs and never unloads: a fresh page goes instead.
+            going.cancel()
+            page = await session.replace_page()
+            response = await page.goto(target, wait_until="load", timeout=NAVIGATION_TIMEOUT_MS)
         result: dict[str, Any] = {
             "url": page.url,
             "status": response.status if response is not None else None,
@@ -309,11 +327,6 @@ def _more_tools(
     common: dict[str, Any],
     snapshot_bytes: int,
 ) -> list[Tool]:
-    limits = Limits.of(settings)
-
-    async def upload(ctx: ToolContext, args: forms.UploadInput) -> dict[str, Any]:
-        return await forms.upload(ctx, args, limits)
-
     def acting(
         name: str, title: str, description: str, model: type[BaseModel], handler: Handler
     ) -> Tool:
@@ -361,7 +374,7 @@ def _more_tools(
             "Give a file input (or the button that opens a file chooser) files of the "
             "task's workspace, by relative path; bounded in size." + changed,
             forms.UploadInput,
-            upload,
+            forms.upload,
         ),
         acting(
             "browser.hover",
@@ -435,6 +448,12 @@ def _more_tools(
     ]
 
 
+def bounded_tools(settings: Settings) -> list[Tool]:
+    """The tools, each run with this gateway's upload and download bounds."""
+    limits = Limits.of(settings)
+    return [replace(tool, handler=with_limits(limits, tool.handler)) for tool in tools(settings)]
+
+
 def register(registry: Registry, settings: Settings) -> None:
-    for tool in tools(settings):
+    for tool in bounded_tools(settings):
         registry.add(tool)
