@@ -41,7 +41,6 @@ from playwright.async_api import (
     ConsoleMessage,
     Dialog,
     Download,
-    FileChooser,
     Frame,
     Locator,
     Page,
@@ -156,7 +155,6 @@ class BrowserSession:
         self.stuck = asyncio.Event()
         self._dismissed_leaving = 0
         self._opening_own = False
-        self.file_choosers = 0  # file choosers a page opened (for browser.upload to say)
         self.download_max_bytes = DEFAULT_DOWNLOAD_MAX_BYTES
         # Password-field values the page held, seen by snapshots: kept out of the trace.
         self.held_secrets: set[str] = set()
@@ -275,7 +273,6 @@ class BrowserSession:
         page.on("requestfailed", self._request_over)
         page.on("response", self.signals.response)
         page.on("dialog", lambda dialog: self._on_dialog(page, dialog))
-        page.on("filechooser", self._file_chooser)
         page.on("close", self._page_closed)
 
     def _crashed(self, page: Page) -> None:
@@ -565,7 +562,7 @@ class BrowserSession:
             # The page the agent was on closed itself: the latest other one is current.
             self.switch_to(list(self.pages)[-1])
 
-    # -- dialogs and file choosers ------------------------------------------------------------
+    # -- dialogs ------------------------------------------------------------
 
     def _on_dialog(self, page: Page, dialog: Dialog) -> None:
         pending = PendingDialog(dialog, time.time())
@@ -615,9 +612,6 @@ class BrowserSession:
     def take_dialog(self) -> PendingDialog | None:
         pending, self.dialog = self.dialog, None
         return pending
-
-    def _file_chooser(self, _chooser: FileChooser) -> None:
-        self.file_choosers += 1
 
     def lose(self, why: str) -> None:
         """The browser under this session is gone (its first reason is kept)."""
