@@ -24,12 +24,15 @@ async def _click(b: BrowserGateway, task: object, label: str, **args: object) ->
 
 
 async def _opened(b: BrowserGateway, task: object, result: object) -> list[dict[str, object]]:
-    """The pages the click opened: in its answer, or the next call's on a loaded machine."""
+    """The pages the click opened: in its answer, or, on a loaded machine where the new
+    page comes after the click's answer, in the answer of a call after it."""
     output = result.output  # type: ignore[attr-defined]
-    if "pages_opened" in output:
-        return output["pages_opened"]  # type: ignore[no-any-return]
-    following = await b.call(task, "browser.pages")  # type: ignore[arg-type]
-    return following.output.get("pages_opened", [])  # type: ignore[no-any-return]
+    for _ in range(50):
+        if "pages_opened" in output:
+            return output["pages_opened"]  # type: ignore[no-any-return]
+        await asyncio.sleep(0.1)
+        output = (await b.call(task, "browser.pages")).output  # type: ignore[arg-type]
+    return []
 
 
 async def test_a_popup_on_the_tasks_origin_becomes_a_page(browsers: BrowserGateway) -> None:
