@@ -1,13 +1,16 @@
-"""One task's browser: a fresh context with one page, behind its own origin proxy.
+"""One task's browser: a fresh context with its pages, behind its own origin proxy.
 
 The proxy is the boundary (nothing it refuses reaches the network). The session adds the
-second check on the page itself: after every main-frame navigation the URL is checked
+second check on the pages themselves: after every main-frame navigation the URL is checked
 again, and a page that ended up anywhere else (a blob: or data: document, a refused
-tunnel's error page) is taken back to an allowed page or to about:blank. Popups are closed
-and downloads refused (dialogs are dismissed by Playwright itself, since nothing listens
-for them). Every refusal is recorded as evidence, and the task's next call that returns
-(the one that caused it, or the one after a page did it alone) ends
-`denied`/`origin_blocked`.
+tunnel's error page) is taken back to an allowed page or to about:blank. A popup or new tab
+headed for an allowed origin becomes a page of the task (`pages`, one of them current); one
+headed anywhere else is closed. A download is kept as an artifact of the task within its
+bound. A dialog waits for `browser.handle_dialog` and is dismissed when nobody answers it
+in time (`dialogs.py`). Every refusal is recorded as evidence, and the task's next call that
+returns (the one that caused it, or the one after a page did it alone) ends
+`denied`/`origin_blocked`. What a call set off besides (a page opened or closed, a
+download, a dialog dismissed) is added to its result.
 
 Each action (a tool's `run`, a screenshot) first takes a slot of its Chromium process's
 admission (`admission.py`); a call turned away there never reaches the page.
@@ -21,6 +24,7 @@ app went down ends so too, whatever the page showed.
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import logging
 import math
@@ -35,6 +39,7 @@ from urllib.parse import urlsplit
 from playwright.async_api import (
     BrowserContext,
     ConsoleMessage,
+    Dialog,
     Download,
     Frame,
     Locator,
@@ -50,12 +55,15 @@ from gateway.results import ErrorCode, ToolStatus
 from gateway.store.database import ArtifactRef
 from gateway.task_log import Level
 
+from . import dialogs, trace_scrub
 from .admission import ActionSlots, Admission
 from .app_link import AppLink
-from .errors import browser_unavailable, map_playwright_error
+from .dialogs import PendingDialog
+from .errors import browser_unavailable, first_line, map_playwright_error
 from .guard_proxy import BlockedRequest, OriginProxy
 from .policy import BLANK, is_browser_service, page_url_allowed
 from .processes import BrowserProcess
+from .signals import Signals
 from .snapshot import PRIVATE_FIELD_VALUES, Refs, Snapshot, build_snapshot, mask_secrets
 
 log = logging.getLogger(__name__)
@@ -67,6 +75,12 @@ SETTLE_TIMEOUT_S = 3.0
 SNAPSHOT_TIMEOUT_MS = 30_000
 SCREENSHOT_TIMEOUT_MS = 10_000
 LOG_TEXT_CHARS = 2000
+# Pages a task may hold at once (its first and the popups it kept); a popup beyond is closed.
+MAX_PAGES = 8
+# Dialogs dismissed while a call leaves the page, past which the page is taken as stuck.
+STUCK_AFTER_DIALOGS = 5
+DOWNLOAD_TIMEOUT_S = 60.0
+DEFAULT_DOWNLOAD_MAX_BYTES = 32 * 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -121,6 +135,38 @@ class BrowserSession:
         self.trace = trace
         # Each acting call leaves a screenshot artifact (`browser_screenshots`).
         self.keep_screenshots = keep_screenshots
+        # Pages of the task by id (`p1` is the first); `page` is the current one.
+        self.pages: dict[str, Page] = {"p1": page}
+        self.page_id = "p1"
+        self._page_seq = 1
+        # What happened besides the call's own action, for the result of the call that
+        # observes it: pages opened or closed, downloads, dialogs dismissed.
+        self._notes: dict[str, list[dict[str, Any]]] = {}
+        self.dialog: PendingDialog | None = None
+        self._dialog_opened = asyncio.Event()
+        self._dialogs_on_document = 0
+        # An action a dialog interrupted: it goes on once the dialog is answered.
+        self.parked: asyncio.Future[Any] | None = None
+        self._in_call = False
+        self._dialog_aware = False
+        # A call that leaves the page: only the page's own "leave this page?" is shown.
+        self.leaving = False
+        # Set when the page being left keeps opening dialogs: it will not unload.
+        self.stuck = asyncio.Event()
+        self._dismissed_leaving = 0
+        self._opening_own = False
+        self.download_max_bytes = DEFAULT_DOWNLOAD_MAX_BYTES
+        # Password-field values the page held, seen by snapshots: kept out of the trace.
+        self.held_secrets: set[str] = set()
+        # Secrets typed into fields that show them (secret: true on a plain text box): a
+        # trace's screenshots would show them, so a trace of such a task keeps none.
+        self.visible_secrets = False
+        self.signals = Signals()
+        # Playwright resolves a ref against the page's latest snapshot only: after one of
+        # part of the page, a ref of the whole page's would not resolve until the next.
+        self._partial_map = False
+        self._first_targets: dict[Page, str] = {}
+        self._popup_seen = asyncio.Event()
         self.created_at = time.time()
         self.last_used = time.monotonic()
         self.lost: str | None = None  # why the browser under this session is gone
@@ -172,7 +218,7 @@ class BrowserSession:
         try:
             context = await process.browser.new_context(
                 proxy={"server": proxy.url},
-                accept_downloads=False,
+                accept_downloads=True,
                 service_workers="block",
             )
             page = await context.new_page()
@@ -198,18 +244,42 @@ class BrowserSession:
         return session
 
     def _watch(self) -> None:
-        self.page.on("framenavigated", self._navigated)
+        self._watch_page(self.page)
+        self.context.on("page", self._popup)
+        self.context.on("request", self._first_request)
+
+    def _first_request(self, request: Request) -> None:
+        """Where a popup went first, seen before the popup is (Playwright hands a popup
+        over once its first navigation is over, which the guard may have refused)."""
+        if not request.is_navigation_request():
+            return
+        with contextlib.suppress(PlaywrightError):
+            page = request.frame.page
+            if page not in self.pages.values() and page not in self._first_targets:
+                self._first_targets[page] = request.url
+                self._popup_seen.clear()
+
+    def _watch_page(self, page: Page) -> None:
+        page.on("framenavigated", lambda frame: self._navigated(page, frame))
         # Only a new document fires it, also one at the same URL (a reload, a second
         # navigate to the page), which `framenavigated` cannot tell from a same-document move.
-        self.page.on("domcontentloaded", self._new_document)
-        self.page.on("download", self._download)
-        self.page.on("crash", lambda _page: self.lose("the task's page crashed"))
-        self.page.on("console", self._console)
-        self.page.on("pageerror", self._page_error)
-        self.page.on("request", self._request)
-        self.page.on("requestfinished", self._request_over)
-        self.page.on("requestfailed", self._request_over)
-        self.context.on("page", self._popup)
+        page.on("domcontentloaded", self._new_document)
+        page.on("download", self._download)
+        page.on("crash", self._crashed)
+        page.on("console", self._console)
+        page.on("pageerror", self._page_error)
+        page.on("request", self._request)
+        page.on("requestfinished", self._request_over)
+        page.on("requestfailed", self._request_over)
+        page.on("response", self.signals.response)
+        page.on("dialog", lambda dialog: self._on_dialog(page, dialog))
+        page.on("close", self._page_closed)
+
+    def _crashed(self, page: Page) -> None:
+        if page is self.page:
+            self.lose("the task's page crashed")
+        else:
+            self._spawn(page.close())
 
     async def assign(self, identity: TaskIdentity, app_link: AppLink | None = None) -> None:
         """Hand this never-used context to one task: from now on its origins are open."""
@@ -220,6 +290,7 @@ class BrowserSession:
         if opener is not None:
             self.proxy.route(identity.sandbox.app_origin, opener)
         self.proxy.allow(identity.sandbox.origins)
+        self.signals.allowed = lambda url: page_url_allowed(url, self.origins)
         self.last_used = time.monotonic()
         if self.trace:
             await self.context.tracing.start(screenshots=True, snapshots=True)
@@ -263,12 +334,18 @@ class BrowserSession:
         # A refused tunnel could be a document: the main-frame recheck decides that.
         self._violate(kind, request.target, denies=request.navigation)
 
-    def _navigated(self, frame: Frame) -> None:
+    def _navigated(self, page: Page, frame: Frame) -> None:
         url = frame.url
-        if frame != self.page.main_frame:
+        if frame != page.main_frame:
             scheme = urlsplit(url).scheme.lower()
             if scheme in ("http", "https") and not page_url_allowed(url, self.origins):
                 self._violate("frame_blocked", url, denies=True)
+            return
+        if page is not self.page:
+            # A page in the background that left the task's origins is closed, not restored.
+            if not page_url_allowed(url, self.origins):
+                self._violate("navigation_blocked", url, denies=True)
+                self._spawn(page.close())
             return
         # A move within the same document (only the fragment changes) keeps the refs.
         if url.split("#", 1)[0] != self._document_url:
@@ -279,6 +356,7 @@ class BrowserSession:
             self._restore_soon()
 
     def _console(self, message: ConsoleMessage) -> None:
+        self.signals.console(message, self.typed_secrets)
         if self.identity is not None and message.type in ("error", "warning"):
             level: Level = "error" if message.type == "error" else "warning"
             self.sink.log(
@@ -289,6 +367,7 @@ class BrowserSession:
             )
 
     def _page_error(self, error: PlaywrightError) -> None:
+        self.signals.page_error(str(error), self.url, self.typed_secrets)
         if self.identity is not None:
             self.sink.log(
                 self.identity.task_id,
@@ -297,8 +376,10 @@ class BrowserSession:
                 {"error": str(error)[:LOG_TEXT_CHARS], "page": self.url[:512]},
             )
 
-    def _new_document(self, _page: Page) -> None:
-        self.document += 1
+    def _new_document(self, page: Page) -> None:
+        if page is self.page:
+            self.document += 1
+            self._dialogs_on_document = 0
 
     def _restore_soon(self) -> None:
         if self._restoring is None or self._restoring.done():
@@ -315,16 +396,93 @@ class BrowserSession:
             if not page_url_allowed(self.page.url, self.origins):
                 await self.page.goto(BLANK, timeout=5000)
 
+    def note(self, kind: str, item: dict[str, Any]) -> None:
+        """Something the next call's result says besides its own answer."""
+        self._notes.setdefault(kind, []).append(item)
+
+    def _report(self, result: Any) -> None:
+        notes, self._notes = self._notes, {}
+        if isinstance(result, dict):
+            for kind, items in notes.items():
+                result[kind] = items[:20]
+
+    # -- downloads ------------------------------------------------------------------------
+
     def _download(self, download: Download) -> None:
-        self._violate("download_blocked", download.url, denies=True)
-        self._spawn(download.cancel())
+        self._spawn(self._keep_download(download))
+
+    async def _keep_download(self, download: Download) -> None:
+        """The downloaded file as an artifact of the task, when it is within the bound and
+        the task's artifact quota; else it is refused, and the refusal recorded.
+
+        Chromium's own download is cancelled (a jailed Chromium's user may not write where
+        Playwright keeps downloads): the page that started it reads the file again, through
+        the guard, from its own origin (or its blob: or data: URL), bounded as it streams."""
+        identity = self.identity
+        url = download.url
+        name = download.suggested_filename[:200] or "download"
+        with contextlib.suppress(PlaywrightError):
+            await download.cancel()
+        refusal: str | None = None
+        data = b""
+        if not (page_url_allowed(url, self.origins) or url.startswith(("blob:", "data:"))):
+            refusal = "its URL is not on the task's origins"
+        else:
+            try:
+                got = await asyncio.wait_for(
+                    download.page.evaluate(
+                        _READ_DOWNLOAD, {"url": url, "limit": self.download_max_bytes}
+                    ),
+                    DOWNLOAD_TIMEOUT_S,
+                )
+            except TimeoutError:
+                refusal = "it did not finish in time"
+            except PlaywrightError as exc:
+                refusal = f"it could not be read: {first_line(exc)}"
+            else:
+                if "over" in got:
+                    refusal = f"it is over the bound of {self.download_max_bytes} bytes"
+                elif "status" in got:
+                    refusal = f"the app answered {got['status']}"
+                else:
+                    data = base64.b64decode(got["data"])
+        if identity is None:
+            return
+        if refusal is None:
+            try:
+                ref = await self.sink.put_artifact(identity, data, name, "application/octet-stream")
+            except ToolFailure as exc:
+                refusal = exc.message
+            except Exception as exc:  # the store's quota, or the store itself
+                refusal = str(exc)[:300]
+            else:
+                kept = {"url": url[:512], "name": name, "artifact": ref.public()}
+                self.note("downloads", kept)
+                await self.sink.record(identity, "download_kept", kept)
+                return
+        refused = {"url": url[:512], "name": name, "refused": refusal}
+        self.note("downloads", refused)
+        await self.sink.record(identity, "download_refused", refused)
+
+    # -- pages ------------------------------------------------------------------------------
 
     def _popup(self, popup: Page) -> None:
-        if popup == self.page:
+        self._popup_seen.set()
+        if popup in self.pages.values() or self._opening_own:
             return
-        self._spawn(self._close_popup(popup))
+        if len(self.pages) >= MAX_PAGES:
+            self._spawn(self._refuse_popup(popup, f"the task holds {MAX_PAGES} pages already"))
+            return
+        self._page_seq += 1
+        page_id = f"p{self._page_seq}"
+        self.pages[page_id] = popup
+        self._watch_page(popup)
+        self._spawn(self._adopt_popup(page_id, popup))
 
-    async def _close_popup(self, popup: Page) -> None:
+    async def _popup_target(self, popup: Page) -> str:
+        first = self._first_targets.pop(popup, None)
+        if first is not None:
+            return first
         target = popup.url
         if target == BLANK:
             # The popup's first navigation may not have started yet: its request says where.
@@ -333,10 +491,127 @@ class BrowserSession:
                     "request", lambda r: r.is_navigation_request(), timeout=POPUP_WAIT_MS
                 )
                 target = request.url
-        foreign = not page_url_allowed(target, self.origins)
-        self._violate("popup_blocked" if foreign else "popup_closed", target, denies=foreign)
+        return target
+
+    async def _refuse_popup(self, popup: Page, why: str) -> None:
+        target = await self._popup_target(popup)
+        self._violate("popup_closed", target, denies=False)
+        self.note("pages_refused", {"url": target[:512], "why": why})
         with contextlib.suppress(PlaywrightError):
             await popup.close()
+
+    async def _adopt_popup(self, page_id: str, popup: Page) -> None:
+        """A popup on an allowed origin stays, as a page of the task; one headed anywhere
+        else is closed and is a refusal."""
+        target = await self._popup_target(popup)
+        if not page_url_allowed(target, self.origins):
+            self.pages.pop(page_id, None)
+            self._violate("popup_blocked", target, denies=True)
+            with contextlib.suppress(PlaywrightError):
+                await popup.close()
+            return
+        opened = {"page": page_id, "url": target[:512]}
+        self.note("pages_opened", opened)
+        if self.identity is not None:
+            await self.sink.record(self.identity, "page_opened", opened)
+
+    def page_list(self) -> list[dict[str, Any]]:
+        return [
+            {"page": page_id, "url": _url(page)[:512], "current": page is self.page}
+            for page_id, page in self.pages.items()
+        ]
+
+    def switch_to(self, page_id: str) -> None:
+        """Make another page of the task the current one: refs of the one before are stale."""
+        page = self.pages[page_id]
+        if page is self.page:
+            return
+        self.page, self.page_id = page, page_id
+        self.document += 1
+        self._document_url = _url(page).split("#", 1)[0]
+        self._navigating.clear()
+        self.latest = None
+
+    async def replace_page(self) -> Page:
+        """A fresh page in place of the current one, which is closed: for a page that
+        cannot be left (its script never stops opening dialogs, so it never unloads)."""
+        old = self.page
+        self._opening_own = True
+        try:
+            new = await self.context.new_page()
+        finally:
+            self._opening_own = False
+        self._watch_page(new)
+        self.pages[self.page_id] = new
+        self.page = new
+        self.document += 1
+        self._document_url = BLANK
+        self._navigating.clear()
+        self.latest = None
+        self.note("pages_replaced", {"page": self.page_id, "why": "it could not be left"})
+        self._spawn(old.close())
+        return new
+
+    def _page_closed(self, page: Page) -> None:
+        page_id = next((k for k, v in self.pages.items() if v is page), None)
+        if page_id is None:
+            return
+        del self.pages[page_id]
+        self.note("pages_closed", {"page": page_id})
+        if page is self.page and self.pages:
+            # The page the agent was on closed itself: the latest other one is current.
+            self.switch_to(list(self.pages)[-1])
+
+    # -- dialogs ------------------------------------------------------------
+
+    def _on_dialog(self, page: Page, dialog: Dialog) -> None:
+        pending = PendingDialog(dialog, time.time())
+        if page is not self.page:
+            self._spawn(self.dismiss_dialog(pending, "it opened on a page in the background"))
+            return
+        if self._dialogs_on_document >= dialogs.MAX_DIALOGS_PER_DOCUMENT:
+            self._spawn(self.dismiss_dialog(pending, "the page opened too many dialogs"))
+            return
+        if self._in_call and not self._dialog_aware:
+            self._spawn(self.dismiss_dialog(pending, "it opened during a call that cannot show it"))
+            return
+        if self._in_call and self.leaving and dialog.type != "beforeunload":
+            self._spawn(self.dismiss_dialog(pending, "it opened while the page was being left"))
+            self._dismissed_leaving += 1
+            if self._dismissed_leaving >= STUCK_AFTER_DIALOGS:
+                self.stuck.set()
+            return
+        self._dialogs_on_document += 1
+        if self.dialog is not None:
+            self._spawn(self.dismiss_dialog(self.dialog, "another dialog followed it"))
+        self.dialog = pending
+        self._dialog_opened.set()
+        asyncio.get_running_loop().call_later(
+            dialogs.DIALOG_TIMEOUT_S, self._expire_dialog, pending
+        )
+
+    def _expire_dialog(self, pending: PendingDialog) -> None:
+        if self.dialog is pending:
+            self._spawn(
+                self.dismiss_dialog(
+                    pending, f"nobody answered it within {dialogs.DIALOG_TIMEOUT_S:g} s"
+                )
+            )
+
+    async def dismiss_dialog(self, pending: PendingDialog, why: str) -> None:
+        """Dismiss a dialog nobody answers (so it never holds the page), and record it."""
+        if self.dialog is pending:
+            self.dialog = None
+        with contextlib.suppress(PlaywrightError):
+            await pending.dialog.dismiss()
+        dismissed = {**pending.public(), "why": why}
+        self.note("dialogs_dismissed", dismissed)
+        if self.identity is not None:
+            self.sink.repeated(self.identity, "dialog_dismissed", {**dismissed, "page": self.url})
+
+    def take_dialog(self) -> PendingDialog | None:
+        pending, self.dialog = self.dialog, None
+        return pending
 
     def lose(self, why: str) -> None:
         """The browser under this session is gone (its first reason is kept)."""
@@ -359,14 +634,36 @@ class BrowserSession:
         if release is not None:
             release()
 
-    async def run(self, ctx: ToolContext, action: Callable[[Page], Awaitable[T]]) -> T:
-        """Run one call's action on the page, then settle and apply the guard's verdict."""
+    async def run(
+        self,
+        ctx: ToolContext,
+        action: Callable[[Page], Awaitable[T]],
+        *,
+        dialog_aware: bool = False,
+        answers_dialog: bool = False,
+        keeps_refs: bool = False,
+    ) -> T:
+        """Run one call's action on the page, then settle and apply the guard's verdict.
+
+        With `dialog_aware`, the action's answer is a dict, and a dialog the action opens ends
+        the call at once with what the page asked (the action waits, parked, for
+        `browser.handle_dialog`); without, such a dialog is dismissed. A dialog still open
+        when a call starts is dismissed first (unless the call `answers_dialog`). Unless
+        the call `keeps_refs` (a snapshot of its own), every ref the agent holds resolves."""
         try:
-            return await self._run(ctx, action)
+            if not keeps_refs:
+                action = self._with_refs(action)
+            return await self._run(ctx, action, dialog_aware, answers_dialog)
         finally:
             self.release_start()
 
-    async def _run(self, ctx: ToolContext, action: Callable[[Page], Awaitable[T]]) -> T:
+    async def _run(
+        self,
+        ctx: ToolContext,
+        action: Callable[[Page], Awaitable[T]],
+        dialog_aware: bool,
+        answers_dialog: bool,
+    ) -> T:
         async with self.lock:
             if self.lost is not None:
                 raise self._gone()
@@ -375,9 +672,58 @@ class BrowserSession:
                 ctx.evidence["page"] = self.url[:2048]
                 raise down
             async with self._admitted(ctx.time_left(), ctx.evidence):
-                return await self._act(ctx, action)
+                self._in_call, self._dialog_aware = True, dialog_aware
+                self._dismissed_leaving = 0
+                self.stuck.clear()
+                try:
+                    return await self._act(ctx, action, answers_dialog)
+                finally:
+                    self._in_call = self._dialog_aware = self.leaving = False
 
-    async def _act(self, ctx: ToolContext, action: Callable[[Page], Awaitable[T]]) -> T:
+    def _with_refs(self, action: Callable[[Page], Awaitable[T]]) -> Callable[[Page], Awaitable[T]]:
+        async def restored(page: Page) -> T:
+            if self._partial_map:
+                # Taken again, whole, so the refs of the whole page's snapshot resolve (the
+                # elements keep their refs from one snapshot to the next).
+                await page.aria_snapshot(mode="ai", timeout=SNAPSHOT_TIMEOUT_MS)
+                self._partial_map = False
+            return await action(page)
+
+        return restored
+
+    async def _before(self, answers_dialog: bool) -> None:
+        """A dialog left open, and an action it had parked, end before the next call acts."""
+        if answers_dialog:
+            return
+        if self.dialog is not None:
+            await self.dismiss_dialog(self.dialog, "the next call came before it was answered")
+        parked, self.parked = self.parked, None
+        if parked is not None and not parked.done():
+            await asyncio.wait([parked], timeout=SETTLE_TIMEOUT_S)
+
+    async def race_dialog(self, work: Awaitable[Any]) -> Any:
+        """The action's answer, or, when a dialog opens first, what the dialog asks (the
+        action waits for it, parked)."""
+        self._dialog_opened.clear()
+        task = asyncio.ensure_future(work)
+        opened = asyncio.ensure_future(self._dialog_opened.wait())
+        try:
+            await asyncio.wait({task, opened}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            opened.cancel()
+        if task.done() or self.dialog is None:
+            return await task
+        task.add_done_callback(_quiet)
+        self.parked = task
+        return {
+            "dialog": self.dialog.public(),
+            "next": "the page waits for an answer: browser.handle_dialog accepts or "
+            f"dismisses it (dismissed on its own after {dialogs.DIALOG_TIMEOUT_S:g} s)",
+        }
+
+    async def _act(
+        self, ctx: ToolContext, action: Callable[[Page], Awaitable[T]], answers_dialog: bool
+    ) -> T:
         """The action on the page, the settle after it, and the guard's verdict."""
         # The process may have died while the call waited for its slot.
         if self.lost is not None:
@@ -386,14 +732,18 @@ class BrowserSession:
         error: ToolFailure | None = None
         result: Any = None
         try:
-            result = await action(self.page)
+            await self._before(answers_dialog)
+            if self._dialog_aware and not answers_dialog:
+                result = await self.race_dialog(action(self.page))
+            else:
+                result = await action(self.page)
         except ToolFailure as exc:
             error = exc
         except PlaywrightError as exc:
             error = map_playwright_error(exc, browser_alive=self.process.alive)
             if error.code == ErrorCode.BROWSER_UNAVAILABLE:
                 self.lose("the browser process ended")
-        if self.lost is None:
+        if self.lost is None and self.dialog is None:
             await self._settle()
         ctx.evidence["page"] = self.url[:2048]
         if self.lost is not None:
@@ -411,6 +761,7 @@ class BrowserSession:
             ctx.evidence["blocked"] = [v.public() for v in pending][:20]
         if error is not None:
             raise error
+        self._report(result)
         self.last_used = time.monotonic()
         return result  # type: ignore[no-any-return]
 
@@ -438,6 +789,10 @@ class BrowserSession:
 
     async def _settle(self) -> None:
         """Let the action's direct consequences (popups, a restore) finish before judging."""
+        # A popup's first request has been seen, the popup itself not yet: it is coming.
+        if self._first_targets:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._popup_seen.wait(), POPUP_WAIT_MS / 1000)
         waiting = [f for f in self._background if not f.done()]
         if self._restoring is not None and not self._restoring.done():
             waiting.append(self._restoring)
@@ -502,7 +857,9 @@ class BrowserSession:
         target = scope if scope is not None else page
         raw = await target.aria_snapshot(mode="ai", depth=depth, timeout=timeout_ms)
         if _TEXTBOX_WITH_VALUE in raw:
-            raw = mask_secrets(raw, self.typed_secrets | await _secret_values(page))
+            held = await _secret_values(page)
+            self.held_secrets |= held
+            raw = mask_secrets(raw, self.typed_secrets | held)
         self._seq += 1
         # A navigation during the capture leaves the snapshot's refs stale from the start.
         snap = build_snapshot(
@@ -513,6 +870,7 @@ class BrowserSession:
             full=scope is None and depth is None,
         )
         self.refs.learn(snap)
+        self._partial_map = not snap.full
         if snap.full:
             self.latest = snap
         return snap
@@ -572,16 +930,50 @@ class BrowserSession:
                 await self.sink.record(identity, "browser_closed", data)
 
     async def _save_trace(self, identity: TaskIdentity) -> ArtifactRef | None:
+        """The context's trace, with every secret the task typed or its pages held taken
+        out (`trace_scrub`): the artifact keeps nothing the evidence redacts."""
         try:
+            for page in list(self.pages.values()):
+                with contextlib.suppress(TimeoutError):
+                    self.held_secrets |= await asyncio.wait_for(_secret_values(page), 2.0)
             with tempfile.TemporaryDirectory() as tmp:
                 path = Path(tmp) / "trace.zip"
                 await asyncio.wait_for(self.context.tracing.stop(path=str(path)), CLOSE_TIMEOUT_S)
                 data = await asyncio.to_thread(path.read_bytes)
+            data = await asyncio.to_thread(
+                trace_scrub.scrub,
+                data,
+                self.typed_secrets | self.held_secrets,
+                drop_images=self.visible_secrets,
+            )
             return await self.sink.put_artifact(identity, data, "trace.zip", "application/zip")
         except Exception as exc:
             log.warning("the trace of task %s could not be kept: %r", identity.task_id, exc)
             return None
 
+
+# Reads a download's bytes in the page that started it, stopping past `limit`.
+_READ_DOWNLOAD = """async ({url, limit}) => {
+  const response = await fetch(url, {credentials: "include"});
+  if (!response.ok) return {status: response.status};
+  const reader = response.body.getReader();
+  const chunks = [];
+  let size = 0;
+  for (;;) {
+    const {done, value} = await reader.read();
+    if (done) break;
+    size += value.length;
+    if (size > limit) { await reader.cancel(); return {over: size}; }
+    chunks.push(value);
+  }
+  let text = "";
+  for (const chunk of chunks) {
+    for (let i = 0; i < chunk.length; i += 0x8000) {
+      text += String.fromCharCode.apply(null, chunk.subarray(i, i + 0x8000));
+    }
+  }
+  return {data: btoa(text)};
+}"""
 
 # Snapshots without a filled text box (most) skip the look for secret fields.
 _TEXTBOX_WITH_VALUE = "]: "
@@ -596,6 +988,19 @@ async def _secret_values(page: Page) -> set[str]:
         if isinstance(found, list):
             values.update(v for v in found if isinstance(v, str))
     return values
+
+
+def _url(page: Page) -> str:
+    try:
+        return page.url
+    except PlaywrightError:
+        return BLANK
+
+
+def _quiet(future: asyncio.Future[Any]) -> None:
+    """A parked action's outcome nobody waits for any more."""
+    if not future.cancelled():
+        future.exception()
 
 
 def _log_failure(future: asyncio.Future[Any]) -> None:

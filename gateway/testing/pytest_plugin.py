@@ -19,6 +19,9 @@ pytest-playwright's options hold (`--browser chromium`, `--browser-channel`, `--
 browser on the same Chromium, and traces it when `--tracing` is on. When a test fails, the
 evidence of its tasks (`gateway-evidence-<task>.json`) and their task-browser traces
 (`task-browser-trace-<task>.zip`) are written to the test's pytest-playwright output folder.
+Once the test is torn down, every zip there (pytest-playwright's own trace of the dashboard
+page included, which records the arguments the page was handed) is rewritten without the
+tokens of the test's tasks.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ from typing import Any
 
 import pytest
 
+from gateway.browser import trace_scrub
 from gateway.runtime import Gateway
 from gateway.testing.agents import BridgeAgent, McpAgent
 from gateway.testing.control import ControlPlane, GatewayTask
@@ -42,6 +46,8 @@ from gateway.testing.loop_thread import LoopThread
 from gateway.testing.served import ServedGateway, serve_host_page, start_gateway
 
 _REPORTS = pytest.StashKey[dict[str, pytest.TestReport]]()
+# The test's tasks and its output folder, for taking their tokens out of its traces.
+_TRACED = pytest.StashKey[tuple["TaskFactory", Path]]()
 # A task browser closes after its task ends; its trace is recorded with that close.
 TRACE_WAIT_S = 15.0
 
@@ -101,6 +107,29 @@ _SYNC_PLAYWRIGHT = frozenset({"page", "context", "new_context", "browser", "dash
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     items.sort(key=lambda item: bool(_SYNC_PLAYWRIGHT & set(getattr(item, "fixturenames", ()))))
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item: pytest.Item) -> Generator[None, None, None]:
+    try:
+        yield
+    finally:
+        traced = item.stash.get(_TRACED, None)
+        if traced is not None:
+            _scrub_traces(*traced)
+
+
+def _scrub_traces(factory: TaskFactory, folder: Path) -> None:
+    """pytest-playwright's trace keeps what `page.evaluate` was given (the tab token the
+    dashboard page connects with): no artifact of the test keeps a token of its tasks."""
+    tokens = {token for task in factory.created for token in task.tokens.values() if token}
+    if not tokens or not folder.is_dir():
+        return
+    for path in folder.rglob("*.zip"):
+        data = path.read_bytes()
+        scrubbed = trace_scrub.scrub(data, tokens)
+        if scrubbed != data:
+            path.write_bytes(scrubbed)
 
 
 def _failed(item: pytest.Item) -> bool:
@@ -261,6 +290,7 @@ def gateway_task(gateway: GatewayHandle, request: pytest.FixtureRequest) -> Iter
         if request.config.pluginmanager.has_plugin("playwright")
         else request.config.rootpath / "test-results" / _slug(request.node.nodeid)
     )
+    request.node.stash[_TRACED] = (factory, folder)
     yield factory
     problems = factory.end_all()
     if _failed(request.node) and factory.created:

@@ -164,8 +164,48 @@ def allowed_app(foreign: str) -> Starlette:
     async def network(_r: Request) -> Response:
         return _page("Network", "<h1>Network</h1><p id='done'></p>", head=NETWORK_ATTACKS)
 
+    async def controls(_r: Request) -> Response:
+        return _page("Controls", CONTROLS)
+
+    async def dialogs(_r: Request) -> Response:
+        return _page("Dialogs", DIALOGS)
+
+    async def stuck(_r: Request) -> Response:
+        # A dialog as soon as the page loads, and another each time one closes.
+        return _page(
+            "Stuck",
+            "<h1>Stuck</h1><script>setTimeout(() => { for (;;) alert('again'); }, 50);</script>",
+        )
+
+    async def leave(_r: Request) -> Response:
+        return _page(
+            "Leave",
+            "<h1>Unsaved</h1><input aria-label='Draft'><script>addEventListener("
+            "'beforeunload', (e) => { e.preventDefault(); e.returnValue = ''; });</script>",
+        )
+
+    async def opener(_r: Request) -> Response:
+        return _page(
+            "Opener",
+            "<h1>Opener</h1><button onclick=\"window.open('/second?from=popup')\">Add another"
+            "</button><a href='/table?rows=2' target='_blank'>New tab</a>"
+            f"<button onclick=\"window.open('{foreign}/popup')\">Foreign</button>",
+        )
+
+    async def frames(_r: Request) -> Response:
+        return _page(
+            "Frames",
+            "<h1>Frames</h1><iframe title='Inner' src='/second?in=frame'></iframe>",
+        )
+
     return Starlette(
         routes=[
+            Route("/controls", controls),
+            Route("/dialogs", dialogs),
+            Route("/stuck", stuck),
+            Route("/leave", leave),
+            Route("/opener", opener),
+            Route("/frames", frames),
             Route("/", home),
             Route("/network", network),
             Route("/login", login),
@@ -188,6 +228,61 @@ def allowed_app(foreign: str) -> Starlette:
             Route("/show", show_storage),
         ]
     )
+
+
+# Native controls an agent must be able to work: selects, file inputs (plain and behind a
+# styled button), a checkbox, a nameless clickable container, a hover menu, drag and drop,
+# and a field that only counts keys. "Report" writes what the page holds into #out.
+CONTROLS = """
+<h1>Controls</h1>
+<label>Color <select id="color"><option value="r">Red</option>
+<option value="g">Green</option><option value="b">Blue</option></select></label>
+<label>Tags <select id="tags" multiple><option>alpha</option><option>beta</option>
+<option>gamma</option></select></label>
+<label>Attachment <input id="file" type="file"></label>
+<label>Many <input id="many" type="file" multiple></label>
+<input id="hidden-file" type="file" style="display:none">
+<button onclick="document.getElementById('hidden-file').click()">Attach a file</button>
+<label><input id="agree" type="checkbox"> Agree</label>
+<label>Title <input id="title"></label>
+<label>Keys <input id="keys" onkeydown="window.keyCount = (window.keyCount || 0) + 1"></label>
+<div id="card" style="cursor:pointer" onclick="document.getElementById('out').textContent =
+  'card opened'"><span>Quarterly</span> <span>report</span></div>
+<nav><a href="#menu" onmouseenter="document.getElementById('out').textContent =
+  'menu shown'">Hover me</a></nav>
+<ul><li draggable="true" id="drag-a" ondragstart="event.dataTransfer.setData('t', 'a')">
+Item A</li><li id="bin" ondragover="event.preventDefault()"
+ondrop="document.getElementById('out').textContent = 'dropped ' +
+event.dataTransfer.getData('t')">Bin</li></ul>
+<button onclick="report()">Report</button>
+<p id="out"></p>
+<script>
+async function report() {
+  const files = async (id) => Promise.all(Array.from(document.getElementById(id).files).map(
+    async (f) => f.name + ':' + f.size + ':' + (await f.text()).slice(0, 20)));
+  const tags = Array.from(document.getElementById('tags').selectedOptions).map((o) => o.value);
+  document.getElementById('out').textContent = [
+    'color=' + document.getElementById('color').value,
+    'tags=' + tags.join(','),
+    'agree=' + document.getElementById('agree').checked,
+    'title=' + document.getElementById('title').value,
+    'keys=' + (window.keyCount || 0),
+    'file=' + (await files('file')).join(','),
+    'many=' + (await files('many')).join(','),
+    'hidden=' + (await files('hidden-file')).join(','),
+  ].join(' ');
+}
+</script>"""
+
+DIALOGS = """
+<h1>Dialogs</h1>
+<button onclick="alert('Saved!'); document.getElementById('out').textContent = 'alerted'">
+Alert</button>
+<button onclick="document.getElementById('out').textContent =
+  confirm('Delete the run?') ? 'deleted' : 'kept'">Delete</button>
+<button onclick="document.getElementById('out').textContent =
+  'name=' + prompt('Your name?', 'nobody')">Rename</button>
+<p id="out"></p>"""
 
 
 # Every way a page script can send packets that are not HTTP, aimed at the listeners the

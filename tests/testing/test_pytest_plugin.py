@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -92,6 +93,19 @@ def test_the_flow_breaks(gateway, gateway_task, dashboard_page):
 """
 
 
+# A failing test whose dashboard page connected: its tokens are written down for the check.
+FAILING_ON_THE_DASHBOARD = """
+import json
+
+
+def test_fails_on_the_dashboard(dashboard_page, gateway_task):
+    dashboard_page.wait_connected()
+    with open("tokens.json", "w") as out:
+        json.dump(gateway_task().tokens, out)
+    assert False, "the flow broke"
+"""
+
+
 def run(pytester: pytest.Pytester, *args: str) -> pytest.RunResult:
     return pytester.runpytest_subprocess("-p", "no:cacheprovider", "-s", *args, timeout=300)
 
@@ -122,6 +136,23 @@ def test_a_failing_test_leaves_its_evidence_and_task_browser_trace(
         r for n in evidence_files for r in json.loads((folder / n).read_text()) if "tool" in r
     ]
     assert {r["tool"] for r in records} >= {"browser.navigate", "browser.snapshot"}
+
+
+def test_the_kept_traces_hold_no_token_of_the_tests_tasks(pytester: pytest.Pytester) -> None:
+    pytester.makeconftest(CONFTEST)
+    pytester.makepyfile(test_app=FAILING_ON_THE_DASHBOARD)
+    result = run(pytester, "--tracing", "retain-on-failure")
+    result.assert_outcomes(failed=1)
+    tokens = json.loads((pytester.path / "tokens.json").read_text())
+    [folder] = (pytester.path / "test-results").iterdir()
+    traces = sorted(folder.glob("*.zip"))
+    assert folder / "trace.zip" in traces  # pytest-playwright's trace of the dashboard page
+    for trace in traces:
+        with zipfile.ZipFile(trace) as archive:
+            everything = b"".join(archive.read(name) for name in archive.namelist())
+        assert b"context-options" in everything
+        for purpose, token in tokens.items():
+            assert token.encode() not in everything, (trace.name, purpose)
 
 
 def test_a_passing_test_leaves_nothing(pytester: pytest.Pytester) -> None:
