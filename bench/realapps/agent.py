@@ -40,6 +40,14 @@ class Dialect(Protocol):
 
     name: str
 
+    def whole_page(self, answer: str) -> bool:
+        """The answer shows the whole page (a snapshot the model can read)."""
+        ...
+
+    def page_changed_unseen(self, answer: str) -> bool:
+        """The answer says the page changed without showing it."""
+        ...
+
     def url(self, path: str) -> str: ...
     def navigate(self, url: str) -> tuple[str, dict[str, Any]]: ...
     def snapshot(self) -> tuple[str, dict[str, Any]]: ...
@@ -59,6 +67,12 @@ class Agent:
         self.dialect = dialect
         self.meter = Meter()
         self.last = ""
+        # The page as the model last saw it whole, until an answer says it changed unseen:
+        # a model acts on what it has read, and reads again only when it must.
+        self.page = ""
+
+    def forget(self) -> None:
+        self.last = self.page = ""
 
     async def tool(self, tool: str, args: dict[str, Any]) -> str:
         ok, text = await self._call(tool, args)
@@ -68,6 +82,10 @@ class Agent:
         if not ok:
             raise StepFailed(f"{tool}: {text[:400]}")
         self.last = text
+        if self.dialect.whole_page(text):
+            self.page = text
+        elif self.dialect.page_changed_unseen(text):
+            self.page = ""
         return text
 
     async def _do(self, step: tuple[str, dict[str, Any]]) -> str:
@@ -77,8 +95,9 @@ class Agent:
         return await self._do(self.dialect.snapshot())
 
     async def element(self, role: str, name: str | None, nth: int = 0) -> Node:
-        """The element as the last answer shows it, or as a fresh snapshot does."""
-        node = find(self.last, role, name, nth)
+        """The element as the last answer shows it, or the page as last seen whole, or as a
+        fresh snapshot does."""
+        node = find(self.last, role, name, nth) or find(self.page, role, name, nth)
         if node is None:
             await self.look()
             node = find(self.last, role, name, nth)
@@ -87,10 +106,10 @@ class Agent:
         return node
 
     async def page_text(self) -> str:
-        """The whole page as the model sees it (the last answer, if it was a whole page)."""
-        if "snapshot:" not in self.last and "```yaml" not in self.last:
+        """The whole page as the model sees it (as last seen whole, if nothing changed it)."""
+        if not self.page:
             await self.look()
-        return self.last
+        return self.page
 
     # -- the steps a task script uses -----------------------------------------------------
 
@@ -132,6 +151,12 @@ class GatewayDialect:
 
     def __init__(self, workspace: Path) -> None:
         self.workspace = workspace
+
+    def whole_page(self, answer: str) -> bool:
+        return "\nsnapshot: |" in answer
+
+    def page_changed_unseen(self, answer: str) -> bool:
+        return False  # a changed page comes whole, a changed part as its changes
 
     def url(self, path: str) -> str:
         return path  # resolved against the task's app origin
@@ -175,6 +200,12 @@ class PeerDialect:
     def __init__(self, origin: str, workspace: Path) -> None:
         self.origin = origin
         self.workspace = workspace
+
+    def whole_page(self, answer: str) -> bool:
+        return "### Snapshot\n```yaml" in answer
+
+    def page_changed_unseen(self, answer: str) -> bool:
+        return "[Snapshot](" in answer  # a new snapshot, written to a file
 
     def url(self, path: str) -> str:
         return self.origin + path

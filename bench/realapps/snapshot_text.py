@@ -91,7 +91,9 @@ def find(text: str, role: str, name: str | None, nth: int = 0) -> Node | None:
     return matches[nth] if len(matches) > nth else None
 
 
-def names_under(text: str, role: str, within: tuple[str, ...], skip: str = "columnheader") -> list[str]:
+def names_under(
+    text: str, role: str, within: tuple[str, ...], skip: str = "columnheader"
+) -> list[str]:
     """Names of the `role` elements inside the first element reached by the roles of
     `within` (each inside the one before), leaving out those under a `skip` element (a
     table's header links, for a list of rows)."""

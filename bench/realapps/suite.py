@@ -35,8 +35,14 @@ from mcp.client.streamable_http import streamable_http_client
 
 from bench.peer import PEER_CLI, ensure_peer
 from bench.realapps import library_site, venv
-from bench.realapps.agent import Agent, Dialect, GatewayDialect, PeerDialect, StepFailed
-from bench.realapps.agent import result_text
+from bench.realapps.agent import (
+    Agent,
+    Dialect,
+    GatewayDialect,
+    PeerDialect,
+    StepFailed,
+    result_text,
+)
 from bench.realapps.django_tasks import COVER, COVER_TEXT, TASKS, Db, Task
 from gateway.chromium import find_chromium
 from gateway.serving import free_port
@@ -62,8 +68,9 @@ async def served_app(folder: Path, python: Path) -> AsyncIterator[str]:
     """The app served on a free loopback port until the block ends."""
     port = free_port()
     log = (folder / "server.log").open("wb")
-    proc = subprocess.Popen(
-        library_site.serve_command(python, port),
+    command = library_site.serve_command(python, port)
+    proc = await asyncio.create_subprocess_exec(
+        *command,
         cwd=folder,
         env=library_site.serve_env(folder),
         stdout=log,
@@ -82,7 +89,7 @@ async def served_app(folder: Path, python: Path) -> AsyncIterator[str]:
         yield origin
     finally:
         proc.terminate()
-        proc.wait(10)
+        await proc.wait()
         log.close()
 
 
@@ -102,7 +109,7 @@ async def run_tasks(
     outcomes: dict[str, Outcome] = {}
     for task in tasks:
         calls_before, chars_before = len(agent.meter.calls), agent.meter.characters
-        agent.last = ""  # every task starts on a page of its own: nothing carried over
+        agent.forget()  # every task starts on a page of its own: nothing carried over
         started = time.perf_counter()
         error: str | None = None
         answer: Any = None
