@@ -55,6 +55,9 @@ class ErrorCode(StrEnum):
     # A side effect that may or may not have happened: its node went away before recording
     # the outcome. Never run again by the gateway on its own.
     IN_DOUBT = "in_doubt"
+    # A tool asked for something it cannot do on this target (a fill on a file input);
+    # the message names the tool that can.
+    UNSUPPORTED = "unsupported"
 
 
 class Door(StrEnum):

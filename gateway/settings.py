@@ -71,6 +71,10 @@ class Settings(BaseSettings):
     browser_launch_at_start: bool = True
     browser_user: str | None = None
     browser_snapshot_max_chars: int = Field(default=24000, ge=1000, le=1_000_000)
+    # What `browser.upload` may hand a page in one call, and what one download may weigh
+    # to be kept as an artifact of the task (a heavier one is refused and recorded).
+    browser_upload_max_bytes: int = Field(default=16 * 1024 * 1024, ge=1, le=1024**3)
+    browser_download_max_bytes: int = Field(default=32 * 1024 * 1024, ge=1, le=1024**3)
     # Browser actions running at once per Chromium process; the others wait their turn, and
     # a call that could not get one before its deadline is `unavailable`/`overloaded` at
     # once (gateway/browser/admission.py; the default is measured in docs/task-browser.md).

@@ -1,13 +1,16 @@
-"""One task's browser: a fresh context with one page, behind its own origin proxy.
+"""One task's browser: a fresh context with its pages, behind its own origin proxy.
 
 The proxy is the boundary (nothing it refuses reaches the network). The session adds the
-second check on the page itself: after every main-frame navigation the URL is checked
+second check on the pages themselves: after every main-frame navigation the URL is checked
 again, and a page that ended up anywhere else (a blob: or data: document, a refused
-tunnel's error page) is taken back to an allowed page or to about:blank. Popups are closed
-and downloads refused (dialogs are dismissed by Playwright itself, since nothing listens
-for them). Every refusal is recorded as evidence, and the task's next call that returns
-(the one that caused it, or the one after a page did it alone) ends
-`denied`/`origin_blocked`.
+tunnel's error page) is taken back to an allowed page or to about:blank. A popup or new tab
+headed for an allowed origin becomes a page of the task (`pages`, one of them current); one
+headed anywhere else is closed. A download is kept as an artifact of the task within its
+bound. A dialog waits for `browser.handle_dialog` and is dismissed when nobody answers it
+in time (`dialogs.py`). Every refusal is recorded as evidence, and the task's next call that
+returns (the one that caused it, or the one after a page did it alone) ends
+`denied`/`origin_blocked`. What a call set off besides (a page opened or closed, a
+download, a dialog dismissed) is added to its result.
 
 Each action (a tool's `run`, a screenshot) first takes a slot of its Chromium process's
 admission (`admission.py`); a call turned away there never reaches the page.
@@ -35,7 +38,9 @@ from urllib.parse import urlsplit
 from playwright.async_api import (
     BrowserContext,
     ConsoleMessage,
+    Dialog,
     Download,
+    FileChooser,
     Frame,
     Locator,
     Page,
@@ -50,12 +55,15 @@ from gateway.results import ErrorCode, ToolStatus
 from gateway.store.database import ArtifactRef
 from gateway.task_log import Level
 
+from . import dialogs, trace_scrub
 from .admission import Admission
 from .app_link import AppLink
+from .dialogs import PendingDialog
 from .errors import browser_unavailable, map_playwright_error
 from .guard_proxy import BlockedRequest, OriginProxy
 from .policy import BLANK, is_browser_service, page_url_allowed
 from .processes import BrowserProcess
+from .signals import Signals
 from .snapshot import PRIVATE_FIELD_VALUES, Refs, Snapshot, build_snapshot, mask_secrets
 
 log = logging.getLogger(__name__)
@@ -67,6 +75,10 @@ SETTLE_TIMEOUT_S = 3.0
 SNAPSHOT_TIMEOUT_MS = 30_000
 SCREENSHOT_TIMEOUT_MS = 10_000
 LOG_TEXT_CHARS = 2000
+# Pages a task may hold at once (its first and the popups it kept); a popup beyond is closed.
+MAX_PAGES = 8
+DOWNLOAD_TIMEOUT_S = 60.0
+DEFAULT_DOWNLOAD_MAX_BYTES = 32 * 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -121,6 +133,28 @@ class BrowserSession:
         self.trace = trace
         # Each acting call leaves a screenshot artifact (`browser_screenshots`).
         self.keep_screenshots = keep_screenshots
+        # Pages of the task by id (`p1` is the first); `page` is the current one.
+        self.pages: dict[str, Page] = {"p1": page}
+        self.page_id = "p1"
+        self._page_seq = 1
+        # What happened besides the call's own action, for the result of the call that
+        # observes it: pages opened or closed, downloads, dialogs dismissed.
+        self._notes: dict[str, list[dict[str, Any]]] = {}
+        self.dialog: PendingDialog | None = None
+        self._dialog_opened = asyncio.Event()
+        self._dialogs_on_document = 0
+        # An action a dialog interrupted: it goes on once the dialog is answered.
+        self.parked: asyncio.Future[Any] | None = None
+        self._in_call = False
+        self._dialog_aware = False
+        self.file_choosers = 0  # file choosers a page opened (for browser.upload to say)
+        self.download_max_bytes = DEFAULT_DOWNLOAD_MAX_BYTES
+        # Password-field values the page held, seen by snapshots: kept out of the trace.
+        self.held_secrets: set[str] = set()
+        # Secrets typed into fields that show them (secret: true on a plain text box): a
+        # trace's screenshots would show them, so a trace of such a task keeps none.
+        self.visible_secrets = False
+        self.signals = Signals()
         self.created_at = time.time()
         self.last_used = time.monotonic()
         self.lost: str | None = None  # why the browser under this session is gone
@@ -172,7 +206,7 @@ class BrowserSession:
         try:
             context = await process.browser.new_context(
                 proxy={"server": proxy.url},
-                accept_downloads=False,
+                accept_downloads=True,
                 service_workers="block",
             )
             page = await context.new_page()
@@ -198,18 +232,31 @@ class BrowserSession:
         return session
 
     def _watch(self) -> None:
-        self.page.on("framenavigated", self._navigated)
+        self._watch_page(self.page)
+        self.context.on("page", self._popup)
+
+    def _watch_page(self, page: Page) -> None:
+        page.on("framenavigated", lambda frame: self._navigated(page, frame))
         # Only a new document fires it, also one at the same URL (a reload, a second
         # navigate to the page), which `framenavigated` cannot tell from a same-document move.
-        self.page.on("domcontentloaded", self._new_document)
-        self.page.on("download", self._download)
-        self.page.on("crash", lambda _page: self.lose("the task's page crashed"))
-        self.page.on("console", self._console)
-        self.page.on("pageerror", self._page_error)
-        self.page.on("request", self._request)
-        self.page.on("requestfinished", self._request_over)
-        self.page.on("requestfailed", self._request_over)
-        self.context.on("page", self._popup)
+        page.on("domcontentloaded", self._new_document)
+        page.on("download", self._download)
+        page.on("crash", self._crashed)
+        page.on("console", self._console)
+        page.on("pageerror", self._page_error)
+        page.on("request", self._request)
+        page.on("requestfinished", self._request_over)
+        page.on("requestfailed", self._request_over)
+        page.on("response", self.signals.response)
+        page.on("dialog", lambda dialog: self._on_dialog(page, dialog))
+        page.on("filechooser", self._file_chooser)
+        page.on("close", self._page_closed)
+
+    def _crashed(self, page: Page) -> None:
+        if page is self.page:
+            self.lose("the task's page crashed")
+        else:
+            self._spawn(page.close())
 
     async def assign(self, identity: TaskIdentity, app_link: AppLink | None = None) -> None:
         """Hand this never-used context to one task: from now on its origins are open."""
@@ -220,6 +267,7 @@ class BrowserSession:
         if opener is not None:
             self.proxy.route(identity.sandbox.app_origin, opener)
         self.proxy.allow(identity.sandbox.origins)
+        self.signals.allowed = lambda url: page_url_allowed(url, self.origins)
         self.last_used = time.monotonic()
         if self.trace:
             await self.context.tracing.start(screenshots=True, snapshots=True)
@@ -263,12 +311,18 @@ class BrowserSession:
         # A refused tunnel could be a document: the main-frame recheck decides that.
         self._violate(kind, request.target, denies=request.navigation)
 
-    def _navigated(self, frame: Frame) -> None:
+    def _navigated(self, page: Page, frame: Frame) -> None:
         url = frame.url
-        if frame != self.page.main_frame:
+        if frame != page.main_frame:
             scheme = urlsplit(url).scheme.lower()
             if scheme in ("http", "https") and not page_url_allowed(url, self.origins):
                 self._violate("frame_blocked", url, denies=True)
+            return
+        if page is not self.page:
+            # A page in the background that left the task's origins is closed, not restored.
+            if not page_url_allowed(url, self.origins):
+                self._violate("navigation_blocked", url, denies=True)
+                self._spawn(page.close())
             return
         # A move within the same document (only the fragment changes) keeps the refs.
         if url.split("#", 1)[0] != self._document_url:
@@ -279,6 +333,7 @@ class BrowserSession:
             self._restore_soon()
 
     def _console(self, message: ConsoleMessage) -> None:
+        self.signals.console(message, self.typed_secrets)
         if self.identity is not None and message.type in ("error", "warning"):
             level: Level = "error" if message.type == "error" else "warning"
             self.sink.log(
@@ -289,6 +344,7 @@ class BrowserSession:
             )
 
     def _page_error(self, error: PlaywrightError) -> None:
+        self.signals.page_error(str(error), self.url, self.typed_secrets)
         if self.identity is not None:
             self.sink.log(
                 self.identity.task_id,
@@ -297,8 +353,10 @@ class BrowserSession:
                 {"error": str(error)[:LOG_TEXT_CHARS], "page": self.url[:512]},
             )
 
-    def _new_document(self, _page: Page) -> None:
-        self.document += 1
+    def _new_document(self, page: Page) -> None:
+        if page is self.page:
+            self.document += 1
+            self._dialogs_on_document = 0
 
     def _restore_soon(self) -> None:
         if self._restoring is None or self._restoring.done():
@@ -315,16 +373,74 @@ class BrowserSession:
             if not page_url_allowed(self.page.url, self.origins):
                 await self.page.goto(BLANK, timeout=5000)
 
+    def note(self, kind: str, item: dict[str, Any]) -> None:
+        """Something the next call's result says besides its own answer."""
+        self._notes.setdefault(kind, []).append(item)
+
+    def _report(self, result: Any) -> None:
+        notes, self._notes = self._notes, {}
+        if isinstance(result, dict):
+            for kind, items in notes.items():
+                result[kind] = items[:20]
+
+    # -- downloads ------------------------------------------------------------------------
+
     def _download(self, download: Download) -> None:
-        self._violate("download_blocked", download.url, denies=True)
-        self._spawn(download.cancel())
+        self._spawn(self._keep_download(download))
+
+    async def _keep_download(self, download: Download) -> None:
+        """The downloaded file as an artifact of the task, when it is within the bound and
+        the task's artifact quota; else it is refused, and the refusal recorded."""
+        identity = self.identity
+        name = download.suggested_filename[:200] or "download"
+        refusal: str | None = None
+        data = b""
+        try:
+            with tempfile.TemporaryDirectory() as tmp:
+                path = Path(tmp) / "download"
+                await asyncio.wait_for(download.save_as(path), DOWNLOAD_TIMEOUT_S)
+                size = path.stat().st_size
+                if size > self.download_max_bytes:
+                    refusal = f"{size} bytes, over the bound of {self.download_max_bytes}"
+                else:
+                    data = await asyncio.to_thread(path.read_bytes)
+        except (TimeoutError, PlaywrightError) as exc:
+            with contextlib.suppress(PlaywrightError):
+                await download.cancel()
+            refusal = "it did not finish in time" if isinstance(exc, TimeoutError) else "failed"
+        if identity is None:
+            return
+        if refusal is None:
+            try:
+                ref = await self.sink.put_artifact(identity, data, name, "application/octet-stream")
+            except ToolFailure as exc:
+                refusal = exc.message
+            except Exception as exc:  # the store's quota, or the store itself
+                refusal = str(exc)[:300]
+            else:
+                kept = {"url": download.url[:512], "name": name, "artifact": ref.public()}
+                self.note("downloads", kept)
+                await self.sink.record(identity, "download_kept", kept)
+                return
+        refused = {"url": download.url[:512], "name": name, "refused": refusal}
+        self.note("downloads", refused)
+        await self.sink.record(identity, "download_refused", refused)
+
+    # -- pages ------------------------------------------------------------------------------
 
     def _popup(self, popup: Page) -> None:
-        if popup == self.page:
+        if popup in self.pages.values():
             return
-        self._spawn(self._close_popup(popup))
+        if len(self.pages) >= MAX_PAGES:
+            self._spawn(self._refuse_popup(popup, f"the task holds {MAX_PAGES} pages already"))
+            return
+        self._page_seq += 1
+        page_id = f"p{self._page_seq}"
+        self.pages[page_id] = popup
+        self._watch_page(popup)
+        self._spawn(self._adopt_popup(page_id, popup))
 
-    async def _close_popup(self, popup: Page) -> None:
+    async def _popup_target(self, popup: Page) -> str:
         target = popup.url
         if target == BLANK:
             # The popup's first navigation may not have started yet: its request says where.
@@ -333,10 +449,104 @@ class BrowserSession:
                     "request", lambda r: r.is_navigation_request(), timeout=POPUP_WAIT_MS
                 )
                 target = request.url
-        foreign = not page_url_allowed(target, self.origins)
-        self._violate("popup_blocked" if foreign else "popup_closed", target, denies=foreign)
+        return target
+
+    async def _refuse_popup(self, popup: Page, why: str) -> None:
+        target = await self._popup_target(popup)
+        self._violate("popup_closed", target, denies=False)
+        self.note("pages_refused", {"url": target[:512], "why": why})
         with contextlib.suppress(PlaywrightError):
             await popup.close()
+
+    async def _adopt_popup(self, page_id: str, popup: Page) -> None:
+        """A popup on an allowed origin stays, as a page of the task; one headed anywhere
+        else is closed and is a refusal."""
+        target = await self._popup_target(popup)
+        if not page_url_allowed(target, self.origins):
+            self.pages.pop(page_id, None)
+            self._violate("popup_blocked", target, denies=True)
+            with contextlib.suppress(PlaywrightError):
+                await popup.close()
+            return
+        opened = {"page": page_id, "url": target[:512]}
+        self.note("pages_opened", opened)
+        if self.identity is not None:
+            await self.sink.record(self.identity, "page_opened", opened)
+
+    def page_list(self) -> list[dict[str, Any]]:
+        return [
+            {"page": page_id, "url": _url(page)[:512], "current": page is self.page}
+            for page_id, page in self.pages.items()
+        ]
+
+    def switch_to(self, page_id: str) -> None:
+        """Make another page of the task the current one: refs of the one before are stale."""
+        page = self.pages[page_id]
+        if page is self.page:
+            return
+        self.page, self.page_id = page, page_id
+        self.document += 1
+        self._document_url = _url(page).split("#", 1)[0]
+        self._navigating.clear()
+        self.latest = None
+
+    def _page_closed(self, page: Page) -> None:
+        page_id = next((k for k, v in self.pages.items() if v is page), None)
+        if page_id is None:
+            return
+        del self.pages[page_id]
+        self.note("pages_closed", {"page": page_id})
+        if page is self.page and self.pages:
+            # The page the agent was on closed itself: the latest other one is current.
+            self.switch_to(list(self.pages)[-1])
+
+    # -- dialogs and file choosers ------------------------------------------------------------
+
+    def _on_dialog(self, page: Page, dialog: Dialog) -> None:
+        pending = PendingDialog(dialog, time.time())
+        if page is not self.page:
+            self._spawn(self.dismiss_dialog(pending, "it opened on a page in the background"))
+            return
+        if self._dialogs_on_document >= dialogs.MAX_DIALOGS_PER_DOCUMENT:
+            self._spawn(self.dismiss_dialog(pending, "the page opened too many dialogs"))
+            return
+        if self._in_call and not self._dialog_aware:
+            self._spawn(self.dismiss_dialog(pending, "it opened during a call that cannot show it"))
+            return
+        self._dialogs_on_document += 1
+        if self.dialog is not None:
+            self._spawn(self.dismiss_dialog(self.dialog, "another dialog followed it"))
+        self.dialog = pending
+        self._dialog_opened.set()
+        asyncio.get_running_loop().call_later(
+            dialogs.DIALOG_TIMEOUT_S, self._expire_dialog, pending
+        )
+
+    def _expire_dialog(self, pending: PendingDialog) -> None:
+        if self.dialog is pending:
+            self._spawn(
+                self.dismiss_dialog(
+                    pending, f"nobody answered it within {dialogs.DIALOG_TIMEOUT_S:g} s"
+                )
+            )
+
+    async def dismiss_dialog(self, pending: PendingDialog, why: str) -> None:
+        """Dismiss a dialog nobody answers (so it never holds the page), and record it."""
+        if self.dialog is pending:
+            self.dialog = None
+        with contextlib.suppress(PlaywrightError):
+            await pending.dialog.dismiss()
+        dismissed = {**pending.public(), "why": why}
+        self.note("dialogs_dismissed", dismissed)
+        if self.identity is not None:
+            self.sink.repeated(self.identity, "dialog_dismissed", {**dismissed, "page": self.url})
+
+    def take_dialog(self) -> PendingDialog | None:
+        pending, self.dialog = self.dialog, None
+        return pending
+
+    def _file_chooser(self, _chooser: FileChooser) -> None:
+        self.file_choosers += 1
 
     def lose(self, why: str) -> None:
         """The browser under this session is gone (its first reason is kept)."""
@@ -359,14 +569,32 @@ class BrowserSession:
         if release is not None:
             release()
 
-    async def run(self, ctx: ToolContext, action: Callable[[Page], Awaitable[T]]) -> T:
-        """Run one call's action on the page, then settle and apply the guard's verdict."""
+    async def run(
+        self,
+        ctx: ToolContext,
+        action: Callable[[Page], Awaitable[T]],
+        *,
+        dialog_aware: bool = False,
+        answers_dialog: bool = False,
+    ) -> T:
+        """Run one call's action on the page, then settle and apply the guard's verdict.
+
+        With `dialog_aware`, the action's answer is a dict, and a dialog the action opens ends
+        the call at once with what the page asked (the action waits, parked, for
+        `browser.handle_dialog`); without, such a dialog is dismissed. A dialog still open
+        when a call starts is dismissed first (unless the call `answers_dialog`)."""
         try:
-            return await self._run(ctx, action)
+            return await self._run(ctx, action, dialog_aware, answers_dialog)
         finally:
             self.release_start()
 
-    async def _run(self, ctx: ToolContext, action: Callable[[Page], Awaitable[T]]) -> T:
+    async def _run(
+        self,
+        ctx: ToolContext,
+        action: Callable[[Page], Awaitable[T]],
+        dialog_aware: bool,
+        answers_dialog: bool,
+    ) -> T:
         async with self.lock:
             if self.lost is not None:
                 raise self._gone()
@@ -375,9 +603,45 @@ class BrowserSession:
                 ctx.evidence["page"] = self.url[:2048]
                 raise down
             async with self._admitted(ctx.time_left(), ctx.evidence):
-                return await self._act(ctx, action)
+                self._in_call, self._dialog_aware = True, dialog_aware
+                try:
+                    return await self._act(ctx, action, answers_dialog)
+                finally:
+                    self._in_call = self._dialog_aware = False
 
-    async def _act(self, ctx: ToolContext, action: Callable[[Page], Awaitable[T]]) -> T:
+    async def _before(self, answers_dialog: bool) -> None:
+        """A dialog left open, and an action it had parked, end before the next call acts."""
+        if answers_dialog:
+            return
+        if self.dialog is not None:
+            await self.dismiss_dialog(self.dialog, "the next call came before it was answered")
+        parked, self.parked = self.parked, None
+        if parked is not None and not parked.done():
+            await asyncio.wait([parked], timeout=SETTLE_TIMEOUT_S)
+
+    async def race_dialog(self, work: Awaitable[Any]) -> Any:
+        """The action's answer, or, when a dialog opens first, what the dialog asks (the
+        action waits for it, parked)."""
+        self._dialog_opened.clear()
+        task = asyncio.ensure_future(work)
+        opened = asyncio.ensure_future(self._dialog_opened.wait())
+        try:
+            await asyncio.wait({task, opened}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            opened.cancel()
+        if task.done() or self.dialog is None:
+            return await task
+        task.add_done_callback(_quiet)
+        self.parked = task
+        return {
+            "dialog": self.dialog.public(),
+            "next": "the page waits for an answer: browser.handle_dialog accepts or "
+            f"dismisses it (dismissed on its own after {dialogs.DIALOG_TIMEOUT_S:g} s)",
+        }
+
+    async def _act(
+        self, ctx: ToolContext, action: Callable[[Page], Awaitable[T]], answers_dialog: bool
+    ) -> T:
         """The action on the page, the settle after it, and the guard's verdict."""
         # The process may have died while the call waited for its slot.
         if self.lost is not None:
@@ -386,14 +650,18 @@ class BrowserSession:
         error: ToolFailure | None = None
         result: Any = None
         try:
-            result = await action(self.page)
+            await self._before(answers_dialog)
+            if self._dialog_aware and not answers_dialog:
+                result = await self.race_dialog(action(self.page))
+            else:
+                result = await action(self.page)
         except ToolFailure as exc:
             error = exc
         except PlaywrightError as exc:
             error = map_playwright_error(exc, browser_alive=self.process.alive)
             if error.code == ErrorCode.BROWSER_UNAVAILABLE:
                 self.lose("the browser process ended")
-        if self.lost is None:
+        if self.lost is None and self.dialog is None:
             await self._settle()
         ctx.evidence["page"] = self.url[:2048]
         if self.lost is not None:
@@ -411,6 +679,7 @@ class BrowserSession:
             ctx.evidence["blocked"] = [v.public() for v in pending][:20]
         if error is not None:
             raise error
+        self._report(result)
         self.last_used = time.monotonic()
         return result  # type: ignore[no-any-return]
 
@@ -502,7 +771,9 @@ class BrowserSession:
         target = scope if scope is not None else page
         raw = await target.aria_snapshot(mode="ai", depth=depth, timeout=timeout_ms)
         if _TEXTBOX_WITH_VALUE in raw:
-            raw = mask_secrets(raw, self.typed_secrets | await _secret_values(page))
+            held = await _secret_values(page)
+            self.held_secrets |= held
+            raw = mask_secrets(raw, self.typed_secrets | held)
         self._seq += 1
         # A navigation during the capture leaves the snapshot's refs stale from the start.
         snap = build_snapshot(
@@ -572,11 +843,22 @@ class BrowserSession:
                 await self.sink.record(identity, "browser_closed", data)
 
     async def _save_trace(self, identity: TaskIdentity) -> ArtifactRef | None:
+        """The context's trace, with every secret the task typed or its pages held taken
+        out (`trace_scrub`): the artifact keeps nothing the evidence redacts."""
         try:
+            for page in list(self.pages.values()):
+                with contextlib.suppress(TimeoutError):
+                    self.held_secrets |= await asyncio.wait_for(_secret_values(page), 2.0)
             with tempfile.TemporaryDirectory() as tmp:
                 path = Path(tmp) / "trace.zip"
                 await asyncio.wait_for(self.context.tracing.stop(path=str(path)), CLOSE_TIMEOUT_S)
                 data = await asyncio.to_thread(path.read_bytes)
+            data = await asyncio.to_thread(
+                trace_scrub.scrub,
+                data,
+                self.typed_secrets | self.held_secrets,
+                drop_images=self.visible_secrets,
+            )
             return await self.sink.put_artifact(identity, data, "trace.zip", "application/zip")
         except Exception as exc:
             log.warning("the trace of task %s could not be kept: %r", identity.task_id, exc)
@@ -596,6 +878,19 @@ async def _secret_values(page: Page) -> set[str]:
         if isinstance(found, list):
             values.update(v for v in found if isinstance(v, str))
     return values
+
+
+def _url(page: Page) -> str:
+    try:
+        return page.url
+    except PlaywrightError:
+        return BLANK
+
+
+def _quiet(future: asyncio.Future[Any]) -> None:
+    """A parked action's outcome nobody waits for any more."""
+    if not future.cancelled():
+        future.exception()
 
 
 def _log_failure(future: asyncio.Future[Any]) -> None:

@@ -7,9 +7,11 @@ on the document that snapshot saw and the element is among those the page's snap
 that document have shown (the latest full one, and scoped ones since). Anything else is
 `stale_target`, never an element of another page.
 
-What the agent reads is compacted (`compact`): pointer marks dropped, a link's URL on its
-line, refs kept where an agent acts or narrows (named elements, not bare containers), and a
-bare container with one child folded into it. Every snapshot is bounded, with `truncated`
+What the agent reads is compacted (`compact`): a link's URL on its line, refs kept where
+an agent acts or narrows (named elements, an element the page marks clickable with a
+pointer cursor, the focused one; not bare containers), a pointer mark only where the role
+does not already say the element takes a click, and a bare container with one child folded
+into it. Every snapshot is bounded, with `truncated`
 and a hint how to narrow it; after an action, the answer carries only what changed since
 the previous snapshot of the same document (`changes`).
 """
@@ -43,7 +45,7 @@ REF_PATTERN = r"^s[0-9]{1,9}\.[a-z0-9]{1,32}$"
 _REF = re.compile(REF_PATTERN)
 
 
-_CURSOR = re.compile(r" \[cursor=pointer\]")
+_CURSOR = re.compile(r"^(\s*- )([a-z]+)(.*?) \[cursor=pointer\]", re.M)
 # Roles an agent acts on, waits for or narrows to: they keep their refs. Any other element
 # keeps its ref only if the page marks it clickable or it has the focus.
 ACTIONABLE_ROLES = frozenset(
@@ -64,13 +66,21 @@ _ITEM = re.compile(r"^(\s*)- (.*)$")
 def compact(raw: str) -> str:
     """Playwright's snapshot with what a model does not need taken out (see the module)."""
     text = "\n".join(_passive_ref_dropped(line) for line in raw.split("\n"))
-    text = _CURSOR.sub("", text)
+    text = _CURSOR.sub(_cursor_mark, text)
     text = _URL_CHILD.sub(r"\1 -> \2", text)
     text = _BARE_REF.sub(_bare_ref_dropped, text)
     folded = _fold_single_children(text)
     while folded != text:  # a fold can make another (a row of one cell of one link)
         text, folded = folded, _fold_single_children(folded)
     return _rows_on_one_line(folded)
+
+
+def _cursor_mark(found: re.Match[str]) -> str:
+    """A control's pointer cursor says nothing its role does not; on any other element
+    (a clickable `div`: a card, an expander, a custom menu item) it is the only sign that
+    the element takes a click, so it stays, and with it the element's ref."""
+    head = f"{found.group(1)}{found.group(2)}{found.group(3)}"
+    return head if found.group(2) in ACTIONABLE_ROLES else f"{head} [cursor=pointer]"
 
 
 def _bare_ref_dropped(found: re.Match[str]) -> str:

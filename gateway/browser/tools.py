@@ -7,35 +7,40 @@ belong to that snapshot; the evidence of each call names the page it acted on.
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Awaitable, Callable
 from typing import Any
 
-from playwright.async_api import Error as PlaywrightError
 from playwright.async_api import Page
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from gateway.errors import ToolFailure
 from gateway.png import png_size
-from gateway.registry import Registry, Tool, ToolAnnotations, ToolContext
+from gateway.registry import Handler, Registry, Tool, ToolAnnotations, ToolContext
 from gateway.settings import Settings
 
-from .errors import first_line
+from . import forms, pages, pointer
+from .acting import (
+    ACTION_TIMEOUT_MS,
+    NAVIGATION_TIMEOUT_MS,
+    Limits,
+    acted,
+    after_action,
+    keep_screenshot,
+    locator,
+    session_of,
+    snapshot_after_load,
+    snapshot_fields,
+)
+from .acting import (
+    Action as _Action,
+)
+from .forms import FillInput
 from .policy import resolve_target
-from .pool import BrowserPool
-from .session import SCREENSHOT_TIMEOUT_MS, BrowserSession
-from .snapshot import PRIVATE_FIELD_CHECK, REF_PATTERN, Snapshot, changes, hint, resolve_ref
+from .session import SCREENSHOT_TIMEOUT_MS
+from .snapshot import REF_PATTERN
 
 SCOPE = "browser"
-# Generous: on a loaded machine a renderer can take seconds to answer; the tool's own
-# deadline still bounds the whole call.
-NAVIGATION_TIMEOUT_MS = 45_000
-ACTION_TIMEOUT_MS = 30_000
-# Navigation (45 s) and its snapshot stay inside the tool's 60 s deadline.
-NAVIGATE_SNAPSHOT_TIMEOUT_MS = 10_000
-# How long an action's answer waits for the navigation it started to be over.
-SETTLE_NAVIGATION_S = 10.0
 KEY_PATTERN = r"^(?:[A-Za-z0-9]{1,24}\+){0,3}(?:[A-Za-z0-9]{1,24}|[!-~])$"
+# Kept for the callers of its former name.
+_snapshot_after_load = snapshot_after_load
 
 
 class _Input(BaseModel):
@@ -80,25 +85,8 @@ class SnapshotInput(_Input):
         return self
 
 
-class _Action(_Input):
-    snapshot: bool = Field(
-        default=False,
-        description="Answer with the page's whole snapshot, not only what changed.",
-    )
-
-
 class ClickInput(_Action):
     ref: str = Field(pattern=REF_PATTERN, description="An element ref from browser.snapshot.")
-
-
-class FillInput(_Action):
-    ref: str = Field(pattern=REF_PATTERN, description="An element ref from browser.snapshot.")
-    value: str = Field(max_length=10_000)
-    secret: bool = Field(
-        default=False,
-        description="The value is a secret: evidence keeps only its length. A password "
-        "field is always treated so.",
-    )
 
 
 class PressInput(_Action):
@@ -124,39 +112,10 @@ class ScreenshotInput(_Input):
     )
 
 
-async def _session(ctx: ToolContext) -> BrowserSession:
-    return await ctx.service(BrowserPool).session_for(ctx.identity)
-
-
-async def _acted(
-    ctx: ToolContext, session: BrowserSession, act: Callable[[Page], Awaitable[dict[str, Any]]]
-) -> dict[str, Any]:
-    """Run an action on the page; its result names the page it left, with a screenshot."""
-    result = await session.run(ctx, act)
-    result["url"] = session.url
-    await _keep_screenshot(ctx, session)
-    return result
-
-
-async def _keep_screenshot(ctx: ToolContext, session: BrowserSession) -> None:
-    """With `browser_screenshots` on, each acting call leaves a screenshot in its evidence.
-    The call's outcome is decided already: a screenshot that fails is only not kept."""
-    if not session.keep_screenshots or session.lost is not None:
-        return
-    with contextlib.suppress(ToolFailure):
-        ref = await session.keep_screenshot(ctx.identity, time_left=ctx.time_left())
-        ctx.evidence["screenshot"] = ref.id
-
-
-def _locator(session: BrowserSession, page: Page, ref: str) -> Any:
-    name = resolve_ref(ref, session.refs, session.document)
-    return page.locator(f"aria-ref={name}")
-
-
 async def navigate(ctx: ToolContext, args: NavigateInput) -> dict[str, Any]:
     # Checked before the browser is touched: a refused URL never reaches Chromium.
     target = resolve_target(args.url, ctx.identity.sandbox)
-    session = await _session(ctx)
+    session = await session_of(ctx)
 
     async def act(page: Page) -> dict[str, Any]:
         response = await page.goto(target, wait_until="load", timeout=NAVIGATION_TIMEOUT_MS)
@@ -165,130 +124,70 @@ async def navigate(ctx: ToolContext, args: NavigateInput) -> dict[str, Any]:
             "status": response.status if response is not None else None,
         }
         if args.snapshot:
-            result.update(await _snapshot_after_load(session, page))
+            result.update(await snapshot_after_load(session, page))
         return result
 
-    result = await session.run(ctx, act)
-    await _keep_screenshot(ctx, session)
+    # A page that asks before it is left (beforeunload) answers with its dialog.
+    result = await session.run(ctx, act, dialog_aware=True)
+    await keep_screenshot(ctx, session)
     return result
 
 
-def _snapshot_fields(snap: Snapshot) -> dict[str, Any]:
-    fields: dict[str, Any] = {
-        "snapshot_id": f"s{snap.seq}",
-        "snapshot": snap.text,
-        "truncated": snap.truncated,
-    }
-    narrow = hint(snap)
-    if narrow is not None:
-        fields["hint"] = narrow
-    return fields
-
-
-async def _after_action(
-    session: BrowserSession, page: Page, navigations: int, whole: bool
-) -> dict[str, Any]:
-    """What the action changed: the lines of the page's snapshot that differ from the
-    previous one of the same document (refs that did not change stay valid), or the whole
-    snapshot after a navigation or when asked. A snapshot that fails does not fail the
-    action, which has happened: it says why."""
-    await session.settle_navigation(navigations, SETTLE_NAVIGATION_S)
-    before = session.latest
-    try:
-        after = await session.take_snapshot(page, timeout_ms=NAVIGATE_SNAPSHOT_TIMEOUT_MS)
-    except PlaywrightError as exc:
-        return {"snapshot_error": first_line(exc)}
-    if whole or before is None or before.document != after.document:
-        return _snapshot_fields(after)
-    return {"snapshot_id": f"s{after.seq}", "changes": changes(before, after)}
-
-
-async def _snapshot_after_load(session: BrowserSession, page: Page) -> dict[str, Any]:
-    """The navigated page's snapshot. The first snapshot of a document is the costly one
-    (Playwright's page script is installed then), and an agent's next step after opening a
-    page is to read it, so navigate pays for it once and hands it over. The navigation has
-    happened either way: a snapshot that fails does not fail the call, it says why."""
-    try:
-        snap = await session.take_snapshot(page, timeout_ms=NAVIGATE_SNAPSHOT_TIMEOUT_MS)
-    except PlaywrightError as exc:
-        return {"snapshot_id": None, "snapshot": None, "snapshot_error": first_line(exc)}
-    return _snapshot_fields(snap)
-
-
 async def snapshot(ctx: ToolContext, args: SnapshotInput) -> dict[str, Any]:
-    session = await _session(ctx)
+    session = await session_of(ctx)
 
     async def act(page: Page) -> dict[str, Any]:
         scope = None
         if args.ref is not None:
-            scope = _locator(session, page, args.ref)
+            scope = locator(session, args.ref)
         elif args.role is not None:
             scope = page.get_by_role(args.role, name=args.name, exact=True).first  # type: ignore[arg-type]
         snap = await session.take_snapshot(page, scope=scope, depth=args.depth)
-        return {"url": page.url, **_snapshot_fields(snap)}
+        return {"url": page.url, **snapshot_fields(snap)}
 
     return await session.run(ctx, act)
 
 
 async def click(ctx: ToolContext, args: ClickInput) -> dict[str, Any]:
-    session = await _session(ctx)
+    session = await session_of(ctx)
 
     async def act(page: Page) -> dict[str, Any]:
-        navigations = session.navigations
-        await _locator(session, page, args.ref).click(timeout=ACTION_TIMEOUT_MS)
-        return {
-            "clicked": args.ref,
-            **await _after_action(session, page, navigations, args.snapshot),
-        }
+        navigations, choosers = session.navigations, session.file_choosers
+        await locator(session, args.ref).click(timeout=ACTION_TIMEOUT_MS)
+        result: dict[str, Any] = {"clicked": args.ref}
+        if session.file_choosers > choosers:
+            result["file_chooser"] = (
+                "the click opened a file chooser, which takes no file from a click: "
+                f"browser.upload with ref {args.ref} and the workspace files"
+            )
+        return {**result, **await after_action(session, page, navigations, args.snapshot)}
 
-    return await _acted(ctx, session, act)
-
-
-async def fill(ctx: ToolContext, args: FillInput) -> dict[str, Any]:
-    session = await _session(ctx)
-    if args.secret:
-        ctx.secret("value")
-        # Its text box shows the value in later snapshots: masked there too.
-        session.typed_secrets.add(args.value)
-
-    async def act(page: Page) -> dict[str, Any]:
-        navigations = session.navigations
-        target = _locator(session, page, args.ref)
-        private = await target.evaluate(PRIVATE_FIELD_CHECK, timeout=ACTION_TIMEOUT_MS)
-        if private:
-            ctx.secret("value")
-        await target.fill(args.value, timeout=ACTION_TIMEOUT_MS)
-        return {
-            "filled": args.ref,
-            **await _after_action(session, page, navigations, args.snapshot),
-        }
-
-    return await _acted(ctx, session, act)
+    return await acted(ctx, session, act)
 
 
 async def press(ctx: ToolContext, args: PressInput) -> dict[str, Any]:
-    session = await _session(ctx)
+    session = await session_of(ctx)
 
     async def act(page: Page) -> dict[str, Any]:
         navigations = session.navigations
         if args.ref is not None:
-            await _locator(session, page, args.ref).press(args.key, timeout=ACTION_TIMEOUT_MS)
+            await locator(session, args.ref).press(args.key, timeout=ACTION_TIMEOUT_MS)
         else:
             await page.keyboard.press(args.key)
         return {
             "pressed": args.key,
-            **await _after_action(session, page, navigations, args.snapshot),
+            **await after_action(session, page, navigations, args.snapshot),
         }
 
-    return await _acted(ctx, session, act)
+    return await acted(ctx, session, act)
 
 
 async def wait_for(ctx: ToolContext, args: WaitForInput) -> dict[str, Any]:
-    session = await _session(ctx)
+    session = await session_of(ctx)
 
     async def act(page: Page) -> dict[str, Any]:
         if args.ref is not None:
-            target = _locator(session, page, args.ref)
+            target = locator(session, args.ref)
         else:
             target = page.get_by_text(args.text or "").first
         await target.wait_for(state="visible", timeout=args.timeout_ms)
@@ -298,7 +197,7 @@ async def wait_for(ctx: ToolContext, args: WaitForInput) -> dict[str, Any]:
 
 
 async def screenshot(ctx: ToolContext, args: ScreenshotInput) -> dict[str, Any]:
-    session = await _session(ctx)
+    session = await session_of(ctx)
     # Through `run`, as every call: the guard's verdict and the page it was taken of.
     shot = await session.run(
         ctx,
@@ -360,7 +259,7 @@ def tools(settings: Settings) -> list[Tool]:
             description="Replace the value of the text field a ref names; the answer says "
             "what changed on the page.",
             input_model=FillInput,
-            handler=fill,
+            handler=forms.fill,
             annotations=act,
             side_effects=True,
             max_output_bytes=snapshot_bytes + 4096,
@@ -395,6 +294,140 @@ def tools(settings: Settings) -> list[Tool]:
             handler=screenshot,
             annotations=ToolAnnotations(read_only_hint=True),
             max_output_bytes=16 * 1024,
+            **common,
+        ),
+        *_more_tools(settings, act, read, common, snapshot_bytes),
+    ]
+
+
+def _more_tools(
+    settings: Settings,
+    act: ToolAnnotations,
+    read: ToolAnnotations,
+    common: dict[str, Any],
+    snapshot_bytes: int,
+) -> list[Tool]:
+    limits = Limits.of(settings)
+
+    async def upload(ctx: ToolContext, args: forms.UploadInput) -> dict[str, Any]:
+        return await forms.upload(ctx, args, limits)
+
+    def acting(
+        name: str, title: str, description: str, model: type[BaseModel], handler: Handler
+    ) -> Tool:
+        return Tool(
+            name=name,
+            title=title,
+            description=description,
+            input_model=model,
+            handler=handler,
+            annotations=act,
+            side_effects=True,
+            max_output_bytes=snapshot_bytes + 4096,
+            **common,
+        )
+
+    changed = " The answer says what changed on the page."
+    return [
+        acting(
+            "browser.select_option",
+            "Choose in a select",
+            "Select options of a native select (a combobox or listbox in the snapshot) by "
+            "label or value; several only for a multiple select." + changed,
+            forms.SelectInput,
+            forms.select_option,
+        ),
+        acting(
+            "browser.fill_form",
+            "Fill several fields",
+            "Fill several fields in one call: text fields with text, selects with an "
+            "option, checkboxes and radios with true or false." + changed,
+            forms.FillFormInput,
+            forms.fill_form,
+        ),
+        acting(
+            "browser.type",
+            "Type text key by key",
+            "Type text one key at a time, for editors that ignore browser.fill; into the "
+            "element a ref names, else the focused one." + changed,
+            forms.TypeInput,
+            forms.type_text,
+        ),
+        acting(
+            "browser.upload",
+            "Upload files",
+            "Give a file input (or the button that opens a file chooser) files of the "
+            "task's workspace, by relative path; bounded in size." + changed,
+            forms.UploadInput,
+            upload,
+        ),
+        acting(
+            "browser.hover",
+            "Hover over an element",
+            "Move the pointer over the element a ref names (menus that open on hover)." + changed,
+            pointer.HoverInput,
+            pointer.hover,
+        ),
+        acting(
+            "browser.drag",
+            "Drag and drop",
+            "Drag the element `ref` names onto the element `to_ref` names." + changed,
+            pointer.DragInput,
+            pointer.drag,
+        ),
+        acting(
+            "browser.navigate_back",
+            "Go back",
+            "Go back one page in the current page's history; the answer carries its snapshot.",
+            pages.HistoryInput,
+            pages.navigate_back,
+        ),
+        acting(
+            "browser.navigate_forward",
+            "Go forward",
+            "Go forward one page in the current page's history; the answer carries its snapshot.",
+            pages.HistoryInput,
+            pages.navigate_forward,
+        ),
+        acting(
+            "browser.handle_dialog",
+            "Answer a dialog",
+            "Accept or dismiss the dialog (alert, confirm, prompt, leave-page) a call's "
+            "answer reported; the action it held then goes on, and its answer comes with "
+            "this one.",
+            pages.DialogInput,
+            pages.handle_dialog,
+        ),
+        acting(
+            "browser.pages",
+            "List, switch or close pages",
+            "The task's pages (popups and new tabs on its origins become pages): list "
+            "them, make one current (switch_to, its snapshot comes with the answer), or "
+            "close one.",
+            pages.PagesInput,
+            pages.pages,
+        ),
+        Tool(
+            name="browser.console",
+            title="Read the console",
+            description="The pages' console messages and uncaught errors, numbered; "
+            "`since` a number an earlier answer gave as `last`. Bounded and redacted.",
+            input_model=pages.SignalsInput,
+            handler=pages.console,
+            annotations=read,
+            max_output_bytes=256 * 1024,
+            **common,
+        ),
+        Tool(
+            name="browser.network",
+            title="Read the network",
+            description="The responses the pages received from the task's origins "
+            "(method, URL without query values, status, type), numbered; `since` a number "
+            "an earlier answer gave as `last`.",
+            input_model=pages.SignalsInput,
+            handler=pages.network,
+            annotations=read,
+            max_output_bytes=256 * 1024,
             **common,
         ),
     ]
