@@ -14,6 +14,8 @@ Every answer is counted: calls, and characters of the text handed to the model.
 from __future__ import annotations
 
 import json
+import os
+import sys
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,6 +23,7 @@ from typing import Any, Protocol
 
 from bench.realapps.snapshot_text import Node, find
 
+TRACE = os.environ.get("REALAPPS_TRACE") == "1"  # every call and answer, on stderr
 Caller = Callable[[str, dict[str, Any]], Awaitable[tuple[bool, str]]]
 
 
@@ -44,8 +47,8 @@ class Dialect(Protocol):
         """The answer shows the whole page (a snapshot the model can read)."""
         ...
 
-    def page_changed_unseen(self, answer: str) -> bool:
-        """The answer says the page changed without showing it."""
+    def url_of(self, answer: str) -> str | None:
+        """The page's address as the answer gives it, if it does."""
         ...
 
     def url(self, path: str) -> str: ...
@@ -67,25 +70,30 @@ class Agent:
         self.dialect = dialect
         self.meter = Meter()
         self.last = ""
-        # The page as the model last saw it whole, until an answer says it changed unseen:
-        # a model acts on what it has read, and reads again only when it must.
+        # The page as the model last saw it whole, until an answer says another page is
+        # shown: a model acts on what it has read, and reads again only when it must.
         self.page = ""
+        self.page_url: str | None = None
 
     def forget(self) -> None:
         self.last = self.page = ""
+        self.page_url = None
 
     async def tool(self, tool: str, args: dict[str, Any]) -> str:
         ok, text = await self._call(tool, args)
+        if TRACE:
+            print(f"--- {self.dialect.name} {tool} {args}\n{text}", file=sys.stderr)
         self.meter.calls.append(tool)
         self.meter.sizes.append(len(text))
         self.meter.characters += len(text)
         if not ok:
             raise StepFailed(f"{tool}: {text[:400]}")
         self.last = text
+        url = self.dialect.url_of(text)
         if self.dialect.whole_page(text):
-            self.page = text
-        elif self.dialect.page_changed_unseen(text):
-            self.page = ""
+            self.page, self.page_url = text, url
+        elif url is not None and url != self.page_url:
+            self.page = ""  # another page, not seen yet
         return text
 
     async def _do(self, step: tuple[str, dict[str, Any]]) -> str:
@@ -116,14 +124,29 @@ class Agent:
     async def open(self, path: str) -> None:
         await self._do(self.dialect.navigate(self.dialect.url(path)))
 
+    async def _act(
+        self, role: str, name: str | None, nth: int, step: Callable[[Node], tuple[str, Any]]
+    ) -> None:
+        remembered = find(self.last, role, name, nth) is None
+        node = await self.element(role, name, nth)
+        try:
+            await self._do(step(node))
+        except StepFailed:
+            if not remembered:
+                raise
+            # A ref from an earlier read may have gone stale: read the page again, once.
+            await self.look()
+            node = await self.element(role, name, nth)
+            await self._do(step(node))
+
     async def click(self, role: str, name: str | None, nth: int = 0) -> None:
-        await self._do(self.dialect.click(await self.element(role, name, nth)))
+        await self._act(role, name, nth, self.dialect.click)
 
     async def fill(self, role: str, name: str, value: str, nth: int = 0) -> None:
-        await self._do(self.dialect.fill(await self.element(role, name, nth), value))
+        await self._act(role, name, nth, lambda node: self.dialect.fill(node, value))
 
     async def select(self, role: str, name: str, *labels: str) -> None:
-        await self._do(self.dialect.select(await self.element(role, name), list(labels)))
+        await self._act(role, name, 0, lambda node: self.dialect.select(node, list(labels)))
 
     async def press(self, key: str) -> None:
         await self._do(self.dialect.press(key))
@@ -155,8 +178,11 @@ class GatewayDialect:
     def whole_page(self, answer: str) -> bool:
         return "\nsnapshot: |" in answer
 
-    def page_changed_unseen(self, answer: str) -> bool:
-        return False  # a changed page comes whole, a changed part as its changes
+    def url_of(self, answer: str) -> str | None:
+        for line in reversed(answer.splitlines()):
+            if line.startswith("url: "):
+                return line[5:].strip()
+        return None
 
     def url(self, path: str) -> str:
         return path  # resolved against the task's app origin
@@ -174,7 +200,7 @@ class GatewayDialect:
         return "browser_fill", {"ref": node.ref, "value": value}
 
     def select(self, node: Node, labels: list[str]) -> tuple[str, dict[str, Any]]:
-        return "browser_select_option", {"ref": node.ref, "labels": labels}
+        return "browser_select_option", {"ref": node.ref, "options": labels}
 
     def press(self, key: str) -> tuple[str, dict[str, Any]]:
         return "browser_press", {"key": key}
@@ -183,13 +209,34 @@ class GatewayDialect:
         return "browser_handle_dialog", {"accept": accept}
 
     async def upload(self, agent: Agent, node: Node, file: Path) -> None:
-        await agent.tool("browser_upload", {"ref": node.ref, "path": file.name})
+        await agent.tool("browser_upload", {"ref": node.ref, "paths": [file.name]})
+
+    @staticmethod
+    def _pages(answer: str, key: str) -> list[dict[str, Any]]:
+        for line in answer.splitlines():
+            if line.startswith(f"{key}: ["):
+                found: list[dict[str, Any]] = json.loads(line.partition(": ")[2])
+                return found
+        return []
 
     async def to_new_page(self, agent: Agent) -> None:
-        await agent.tool("browser_pages", {})
+        # The answer of the click that opened the window names it; else the list does.
+        opened = self._pages(agent.last, "pages_opened")
+        if not opened:
+            listed = self._pages(await agent.tool("browser_pages", {}), "pages")
+            opened = [p for p in listed if not p.get("current")]
+        if not opened:
+            raise StepFailed("no new page was opened")
+        await agent.tool("browser_pages", {"switch_to": opened[-1]["page"]})
 
     async def to_first_page(self, agent: Agent) -> None:
-        await agent.tool("browser_pages", {})
+        if self._pages(agent.last, "pages_closed") and self.whole_page(agent.last):
+            return  # the window closed itself, and the answer shows the page beneath
+        listed = self._pages(await agent.tool("browser_pages", {}), "pages")
+        if listed and not listed[0].get("current"):
+            await agent.tool("browser_pages", {"switch_to": listed[0]["page"]})
+        else:
+            agent.page = ""  # back on the first page, not seen since it changed
 
 
 class PeerDialect:
@@ -200,12 +247,16 @@ class PeerDialect:
     def __init__(self, origin: str, workspace: Path) -> None:
         self.origin = origin
         self.workspace = workspace
+        self._first_url = ""
 
     def whole_page(self, answer: str) -> bool:
         return "### Snapshot\n```yaml" in answer
 
-    def page_changed_unseen(self, answer: str) -> bool:
-        return "[Snapshot](" in answer  # a new snapshot, written to a file
+    def url_of(self, answer: str) -> str | None:
+        for line in answer.splitlines():
+            if line.startswith("- Page URL: "):
+                return line[12:].strip()
+        return None
 
     def url(self, path: str) -> str:
         return self.origin + path
@@ -244,15 +295,28 @@ class PeerDialect:
         text = await agent.tool("browser_tabs", {"action": "list"})
         return [line for line in text.splitlines() if line.startswith("- ") and ":" in line]
 
+    @staticmethod
+    def _shown_tabs(answer: str) -> list[str]:
+        if "### Open tabs" not in answer:
+            return []
+        section = answer.split("### Open tabs", 1)[1].split("###", 1)[0]
+        return [line for line in section.splitlines() if line.startswith("- ")]
+
     async def to_new_page(self, agent: Agent) -> None:
-        tabs = await self._tabs(agent)
-        if not tabs[-1].endswith("(current)") and "(current)" not in tabs[-1]:
+        # The answer of the click that opened the window lists the tabs; else the list does.
+        tabs = self._shown_tabs(agent.last) or await self._tabs(agent)
+        self._first_url = tabs[0].rsplit("(", 1)[-1].rstrip(")")
+        if "(current)" not in tabs[-1]:
             await agent.tool("browser_tabs", {"action": "select", "index": len(tabs) - 1})
+        agent.page = ""
 
     async def to_first_page(self, agent: Agent) -> None:
+        if agent.dialect.url_of(agent.last) == self._first_url:
+            return  # the window closed itself, and the answer is about the page beneath
         tabs = await self._tabs(agent)
         if "(current)" not in tabs[0]:
             await agent.tool("browser_tabs", {"action": "select", "index": 0})
+        agent.page = ""
 
 
 def result_text(result: Any) -> tuple[bool, str]:

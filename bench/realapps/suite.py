@@ -147,7 +147,7 @@ async def gateway_side(work: Path, python: Path, tasks: Sequence[Task]) -> dict[
         served_app(folder, python) as origin,
         live_gateway(settings, check_leaks=False) as live,
     ):
-        task = await live.create_task(scopes=["browser"], app_origin=origin)
+        task = await live.create_task(scopes=["browser", "workspace:write"], app_origin=origin)
         headers = {"authorization": f"Bearer {task['tokens']['agent']}"}
         async with (
             httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(TASK_TIMEOUT_S)) as http,
@@ -157,6 +157,11 @@ async def gateway_side(work: Path, python: Path, tasks: Sequence[Task]) -> dict[
             async def call(tool: str, args: dict[str, Any]) -> tuple[bool, str]:
                 return result_text(await c.call_tool(tool, args))
 
+            # The file to upload is put in the task's workspace before the agent starts, as
+            # the peer's is put in its root: not a step of the task, not counted.
+            ok, text = await call("workspace_write", {"path": COVER, "contents": COVER_TEXT})
+            if not ok:
+                raise RuntimeError(f"the task's workspace refused the file: {text}")
             dialect: Dialect = GatewayDialect(workspace)
             return await run_tasks(Agent(call, dialect), db, folder, tasks)
 
