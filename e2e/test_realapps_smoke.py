@@ -10,8 +10,7 @@ from pathlib import Path
 import pytest
 
 from bench.realapps import venv
-from bench.realapps.django_tasks import TASKS
-from bench.realapps.suite import gateway_side
+from bench.realapps.suite import APPS, gateway_side
 
 pytestmark = [pytest.mark.browser, pytest.mark.asyncio(loop_scope="session")]
 
@@ -20,8 +19,9 @@ SMOKE = ("sign in", "add a record", "filter a list", "edit via keyboard", "sign 
 
 @pytest.mark.timeout(300)
 async def test_a_signed_in_admin_adds_filters_edits_and_signs_out(tmp_path: Path) -> None:
-    tasks = [t for t in TASKS if t.name in SMOKE]
+    (admin,) = [app for app in APPS if app.name == "django admin"]
+    tasks = [t for t in admin.tasks if t.name in SMOKE]
     assert [t.name for t in tasks] == list(SMOKE)
-    outcomes = await gateway_side(tmp_path, venv.ensure(), tasks)
+    outcomes = await gateway_side(admin, tmp_path, venv.ensure(), tasks)
     failed = {name: o.error for name, o in outcomes.items() if not o.completed}
     assert not failed

@@ -59,6 +59,7 @@ class Dialect(Protocol):
     def select(self, node: Node, labels: list[str]) -> tuple[str, dict[str, Any]]: ...
     def press(self, key: str) -> tuple[str, dict[str, Any]]: ...
     def dialog(self, accept: bool) -> tuple[str, dict[str, Any]]: ...
+    def wait_text(self, text: str) -> tuple[str, dict[str, Any]]: ...
     async def upload(self, agent: Agent, node: Node, file: Path) -> None: ...
     async def to_new_page(self, agent: Agent) -> None: ...
     async def to_first_page(self, agent: Agent) -> None: ...
@@ -151,6 +152,9 @@ class Agent:
     async def press(self, key: str) -> None:
         await self._do(self.dialect.press(key))
 
+    async def wait_text(self, text: str) -> None:
+        await self._do(self.dialect.wait_text(text))
+
     async def answer_dialog(self, accept: bool) -> None:
         await self._do(self.dialect.dialog(accept))
 
@@ -207,6 +211,9 @@ class GatewayDialect:
 
     def dialog(self, accept: bool) -> tuple[str, dict[str, Any]]:
         return "browser_handle_dialog", {"accept": accept}
+
+    def wait_text(self, text: str) -> tuple[str, dict[str, Any]]:
+        return "browser_wait_for", {"text": text}
 
     async def upload(self, agent: Agent, node: Node, file: Path) -> None:
         await agent.tool("browser_upload", {"ref": node.ref, "paths": [file.name]})
@@ -285,6 +292,9 @@ class PeerDialect:
 
     def dialog(self, accept: bool) -> tuple[str, dict[str, Any]]:
         return "browser_handle_dialog", {"accept": accept}
+
+    def wait_text(self, text: str) -> tuple[str, dict[str, Any]]:
+        return "browser_wait_for", {"text": text}
 
     async def upload(self, agent: Agent, node: Node, file: Path) -> None:
         # A click on the file input opens the chooser, which the next call answers.

@@ -11,15 +11,13 @@ another's.
 from __future__ import annotations
 
 import datetime as dt
-import sqlite3
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from bench.realapps.agent import Agent
 from bench.realapps.library_site import ADMIN_PASSWORD, ADMIN_USER
 from bench.realapps.snapshot_text import names_under
+from bench.realapps.tasks import Check, Db, Task, expect
 
 BOOKS = "/admin/library/book/"
 COVER = "cover.txt"
@@ -27,47 +25,17 @@ COVER_TEXT = "A plain cover, for the upload task.\n"
 NEW_PASSWORD = "library-admin-password-2"
 
 
-class Db:
-    """The app's database, read-only."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-
-    def rows(self, sql: str, *args: Any) -> list[tuple[Any, ...]]:
-        with sqlite3.connect(f"file:{self.path}?mode=ro", uri=True) as conn:
-            return conn.execute(sql, args).fetchall()
-
-    def one(self, sql: str, *args: Any) -> Any:
-        found = self.rows(sql, *args)
-        return found[0][0] if found else None
-
-    def book(self, title: str) -> dict[str, Any] | None:
-        found = self.rows(
-            "select b.id, a.name, b.genre, b.published, b.in_stock, b.cover, t.name "
-            "from library_book b join library_author a on a.id = b.author_id "
-            "left join library_author t on t.id = b.translator_id where b.title = ?",
-            title,
-        )
-        if not found:
-            return None
-        keys = ("id", "author", "genre", "published", "in_stock", "cover", "translator")
-        return dict(zip(keys, found[0], strict=True))
-
-
-Run = Callable[[Agent], Awaitable[Any]]
-Check = Callable[[Db, Any, Path], str | None]
-
-
-@dataclass(frozen=True)
-class Task:
-    name: str
-    ask: str
-    run: Run
-    check: Check
-
-
-def expect(condition: bool, problem: str) -> str | None:
-    return None if condition else problem
+def find_book(db: Db, title: str) -> dict[str, Any] | None:
+    found = db.rows(
+        "select b.id, a.name, b.genre, b.published, b.in_stock, b.cover, t.name "
+        "from library_book b join library_author a on a.id = b.author_id "
+        "left join library_author t on t.id = b.translator_id where b.title = ?",
+        title,
+    )
+    if not found:
+        return None
+    keys = ("id", "author", "genre", "published", "in_stock", "cover", "translator")
+    return dict(zip(keys, found[0], strict=True))
 
 
 async def _open_book(agent: Agent, title: str) -> None:
@@ -281,13 +249,13 @@ def _tags(db: Db, _: Any, __: Path) -> str | None:
 
 
 def _dawn(db: Db, _: Any, __: Path) -> str | None:
-    book = db.book("Dawn")
+    book = find_book(db, "Dawn")
     ok = book is not None and book["author"] == "Octavia Butler" and book["genre"] == "fiction"
     return expect(ok, f"book is {book}")
 
 
 def _tagged(db: Db, _: Any, __: Path) -> str | None:
-    book = db.book("The Demon-Haunted World")
+    book = find_book(db, "The Demon-Haunted World")
     if book is None:
         return "no such book"
     tags = {
@@ -302,23 +270,23 @@ def _tagged(db: Db, _: Any, __: Path) -> str | None:
     return expect(ok, f"book is {book}, tags {sorted(tags)}")
 
 
-def _cover(db: Db, _: Any, media: Path) -> str | None:
-    book = db.book("Frankenstein")
+def _cover(db: Db, _: Any, folder: Path) -> str | None:
+    book = find_book(db, "Frankenstein")
     if not book or not book["cover"]:
         return f"no cover: {book}"
-    stored = media / book["cover"]
+    stored = folder / "media" / book["cover"]
     return expect(
         stored.exists() and stored.read_text() == COVER_TEXT, f"stored file {stored} differs"
     )
 
 
 def _binti(db: Db, _: Any, __: Path) -> str | None:
-    book = db.book("Binti")
+    book = find_book(db, "Binti")
     return expect(book is not None and book["author"] == "Nnedi Okorafor", f"book is {book}")
 
 
 def _renamed_author(db: Db, _: Any, __: Path) -> str | None:
-    book = db.book("SPQR")
+    book = find_book(db, "SPQR")
     return expect(book is not None and book["author"] == "Dame Mary Beard", f"book is {book}")
 
 
@@ -337,20 +305,20 @@ def _first_title(db: Db, answer: Any, _: Path) -> str | None:
 
 def _book_field(title: str, key: str, value: Any) -> Check:
     def check(db: Db, _: Any, __: Path) -> str | None:
-        book = db.book(title)
+        book = find_book(db, title)
         return expect(book is not None and book[key] == value, f"book is {book}")
 
     return check
 
 
 def _today(db: Db, _: Any, __: Path) -> str | None:
-    book = db.book("Twenty Love Poems")
+    book = find_book(db, "Twenty Love Poems")
     today = dt.datetime.now(dt.UTC).date().isoformat()
     return expect(book is not None and book["published"] == today, f"book is {book}")
 
 
 def _fifteenth(db: Db, _: Any, __: Path) -> str | None:
-    book = db.book("Women and Power")
+    book = find_book(db, "Women and Power")
     day = dt.datetime.now(dt.UTC).date().replace(day=15).isoformat()
     return expect(book is not None and book["published"] == day, f"book is {book}")
 
@@ -365,7 +333,7 @@ def _chapter(db: Db, _: Any, __: Path) -> str | None:
 
 def _gone(*titles: str) -> Check:
     def check(db: Db, _: Any, __: Path) -> str | None:
-        left = [t for t in titles if db.book(t) is not None]
+        left = [t for t in titles if find_book(db, t) is not None]
         return expect(not left, f"still there: {left}")
 
     return check
@@ -390,9 +358,9 @@ def _superuser(db: Db, _: Any, __: Path) -> str | None:
     return expect(flag == 1, "editor is not a superuser")
 
 
-def _password(db: Db, _: Any, media: Path) -> str | None:
+def _password(db: Db, _: Any, folder: Path) -> str | None:
     stored = db.one("select password from auth_user where username = ?", ADMIN_USER)
-    initial = (media.parent / "initial-admin-password").read_text()
+    initial = (folder / "initial-admin-password").read_text()
     return expect(stored != initial, "the password hash did not change")
 
 

@@ -11,6 +11,7 @@ run in the suite's own virtualenv (with Django) and not in the product's.
 
 from __future__ import annotations
 
+import sqlite3
 import subprocess
 import textwrap
 from pathlib import Path
@@ -205,6 +206,12 @@ def build(folder: Path, python: Path) -> Path:
     for command in (["makemigrations", "library"], ["migrate"]):
         _django(python, folder, [*env_args, *command, "--verbosity", "0"])
     _django(python, folder, [*env_args, "shell", "--command", textwrap.dedent(SEED)])
+    # The admin's password hash as seeded, for the check of the password change.
+    with sqlite3.connect(database) as conn:
+        (initial,) = conn.execute(
+            "select password from auth_user where username = ?", (ADMIN_USER,)
+        ).fetchone()
+    (folder / "initial-admin-password").write_text(initial)
     return database
 
 
@@ -224,5 +231,5 @@ def serve_command(python: Path, port: int) -> list[str]:
     return [str(python), "-m", "django", "runserver", f"127.0.0.1:{port}", "--noreload"]
 
 
-def serve_env(folder: Path) -> dict[str, str]:
+def env(folder: Path) -> dict[str, str]:
     return {"DJANGO_SETTINGS_MODULE": "settings", "PYTHONPATH": str(folder), "PATH": "/usr/bin"}

@@ -88,7 +88,16 @@ def find(text: str, role: str, name: str | None, nth: int = 0) -> Node | None:
     matches = [n for n in nodes if name is None or n.name == name]
     if not matches and name:
         matches = [n for n in nodes if n.name.startswith(name + " ")]
+    if not matches and name:
+        # A nameless element that shows the text (a button whose label is in an <em>).
+        matches = [n for n in nodes if not n.name and _shows(n, name)]
     return matches[nth] if len(matches) > nth else None
+
+
+def _shows(node: Node, text: str) -> bool:
+    return any(
+        inner.name == text or inner.value == text for inner in node.walk() if inner is not node
+    )
 
 
 def names_under(

@@ -18,12 +18,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import sqlite3
 import statistics
 import subprocess
 import tempfile
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -34,7 +33,7 @@ from mcp.client.stdio import StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 
 from bench.peer import PEER_CLI, ensure_peer
-from bench.realapps import library_site, venv
+from bench.realapps import django_tasks, library_site, newsroom_site, newsroom_tasks, venv
 from bench.realapps.agent import (
     Agent,
     Dialect,
@@ -43,7 +42,7 @@ from bench.realapps.agent import (
     StepFailed,
     result_text,
 )
-from bench.realapps.django_tasks import COVER, COVER_TEXT, TASKS, Db, Task
+from bench.realapps.tasks import Db, Task
 from gateway.chromium import find_chromium
 from gateway.serving import free_port
 from gateway.testing import live_gateway, test_settings
@@ -51,6 +50,41 @@ from mcp import Client
 
 TASK_TIMEOUT_S = 120.0
 GOAL_RATIO = 0.6
+
+
+@dataclass(frozen=True)
+class App:
+    """One app of the suite: how it is built and served, and what is asked of it."""
+
+    name: str
+    package: str  # its distribution, for the version in the notes
+    build: Callable[[Path, Path], Path]  # (folder, python) -> its SQLite file
+    serve_command: Callable[[Path, int], list[str]]
+    env: Callable[[Path], dict[str, str]]
+    tasks: Sequence[Task]
+    files: dict[str, str]  # what its tasks upload, put where each side takes files from
+
+
+APPS = (
+    App(
+        "django admin",
+        "django",
+        library_site.build,
+        library_site.serve_command,
+        library_site.env,
+        django_tasks.TASKS,
+        {django_tasks.COVER: django_tasks.COVER_TEXT},
+    ),
+    App(
+        "wagtail",
+        "wagtail",
+        newsroom_site.build,
+        newsroom_site.serve_command,
+        newsroom_site.env,
+        newsroom_tasks.TASKS,
+        {newsroom_tasks.DOCUMENT: newsroom_tasks.DOCUMENT_TEXT},
+    ),
+)
 
 
 @dataclass
@@ -64,15 +98,14 @@ class Outcome:
 
 
 @contextlib.asynccontextmanager
-async def served_app(folder: Path, python: Path) -> AsyncIterator[str]:
+async def served_app(app: App, folder: Path, python: Path) -> AsyncIterator[str]:
     """The app served on a free loopback port until the block ends."""
     port = free_port()
     log = (folder / "server.log").open("wb")
-    command = library_site.serve_command(python, port)
     proc = await asyncio.create_subprocess_exec(
-        *command,
+        *app.serve_command(python, port),
         cwd=folder,
-        env=library_site.serve_env(folder),
+        env=app.env(folder),
         stdout=log,
         stderr=subprocess.STDOUT,
     )
@@ -93,14 +126,12 @@ async def served_app(folder: Path, python: Path) -> AsyncIterator[str]:
         log.close()
 
 
-def prepare(folder: Path, python: Path) -> Db:
-    database = library_site.build(folder, python)
-    with sqlite3.connect(database) as conn:
-        (initial,) = conn.execute(
-            "select password from auth_user where username = ?", (library_site.ADMIN_USER,)
-        ).fetchone()
-    (folder / "initial-admin-password").write_text(initial)
-    return Db(database)
+def prepare(app: App, folder: Path, python: Path, workspace: Path) -> Db:
+    db = Db(app.build(folder, python))
+    workspace.mkdir(parents=True)
+    for name, text in app.files.items():
+        (workspace / name).write_text(text)
+    return db
 
 
 async def run_tasks(
@@ -120,9 +151,11 @@ async def run_tasks(
         except TimeoutError:
             error = f"no answer within {TASK_TIMEOUT_S:.0f} s"
         if error is None:
-            error = task.check(db, answer, folder / "media")
+            error = task.check(db, answer, folder)
             if error is not None:
                 error = f"effect not found: {error}"
+        if error is not None:
+            await _leave_cleanly(agent)
         outcomes[task.name] = Outcome(
             completed=error is None,
             calls=agent.meter.calls[calls_before:],
@@ -136,15 +169,25 @@ async def run_tasks(
     return outcomes
 
 
-async def gateway_side(work: Path, python: Path, tasks: Sequence[Task]) -> dict[str, Outcome]:
+async def _leave_cleanly(agent: Agent) -> None:
+    """After a failed task, leave its page, answering the dialog a page with unsaved changes
+    asks before it is left, so the next task starts on a page of its own. Not counted: it
+    belongs to no task."""
+    dialect = agent.dialect
+    for tool, args in (dialect.navigate(dialect.url("/admin/")), dialect.dialog(True)):
+        with contextlib.suppress(Exception):
+            await agent._call(tool, args)
+
+
+async def gateway_side(
+    app: App, work: Path, python: Path, tasks: Sequence[Task]
+) -> dict[str, Outcome]:
     folder = work / "gateway-app"
-    db = prepare(folder, python)
     workspace = work / "gateway-workspace"
-    workspace.mkdir()
-    (workspace / COVER).write_text(COVER_TEXT)
+    db = prepare(app, folder, python, workspace)
     settings = test_settings(work / "gateway", browser_launch_at_start=True)
     async with (
-        served_app(folder, python) as origin,
+        served_app(app, folder, python) as origin,
         live_gateway(settings, check_leaks=False) as live,
     ):
         task = await live.create_task(scopes=["browser", "workspace:write"], app_origin=origin)
@@ -159,20 +202,21 @@ async def gateway_side(work: Path, python: Path, tasks: Sequence[Task]) -> dict[
 
             # The file to upload is put in the task's workspace before the agent starts, as
             # the peer's is put in its root: not a step of the task, not counted.
-            ok, text = await call("workspace_write", {"path": COVER, "contents": COVER_TEXT})
-            if not ok:
-                raise RuntimeError(f"the task's workspace refused the file: {text}")
+            for name, contents in app.files.items():
+                ok, text = await call("workspace_write", {"path": name, "contents": contents})
+                if not ok:
+                    raise RuntimeError(f"the task's workspace refused the file: {text}")
             dialect: Dialect = GatewayDialect(workspace)
             return await run_tasks(Agent(call, dialect), db, folder, tasks)
 
 
-async def peer_side(work: Path, python: Path, tasks: Sequence[Task]) -> dict[str, Outcome]:
+async def peer_side(
+    app: App, work: Path, python: Path, tasks: Sequence[Task]
+) -> dict[str, Outcome]:
     folder = work / "peer-app"
-    db = prepare(folder, python)
     workspace = work / "peer-workspace"  # its root: uploads come from here, files land here
-    workspace.mkdir()
-    (workspace / COVER).write_text(COVER_TEXT)
-    async with served_app(folder, python) as origin:
+    db = prepare(app, folder, python, workspace)
+    async with served_app(app, folder, python) as origin:
         args = [str(PEER_CLI), "--headless", "--isolated", "--executable-path", find_chromium()]
         if os.geteuid() == 0:
             args.append("--no-sandbox")
@@ -188,7 +232,7 @@ async def peer_side(work: Path, python: Path, tasks: Sequence[Task]) -> dict[str
 
 
 def rows_of(
-    tasks: Sequence[Task], gateway: dict[str, Outcome], peer: dict[str, Outcome]
+    app: App, tasks: Sequence[Task], gateway: dict[str, Outcome], peer: dict[str, Outcome]
 ) -> list[dict[str, Any]]:
     rows = []
     for task in tasks:
@@ -196,7 +240,7 @@ def rows_of(
         both = g.completed and p.completed
         rows.append(
             {
-                "app": "django admin",
+                "app": app.name,
                 "task": task.name,
                 "ask": task.ask,
                 "gateway completed": g.completed,
@@ -238,29 +282,40 @@ def verdict(rows: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
-async def measure(names: Sequence[str] | None = None) -> tuple[list[dict[str, Any]], Any]:
-    tasks = [t for t in TASKS if not names or t.name in names or t.name == "sign in"]
+async def measure(
+    app_names: Sequence[str] | None = None, names: Sequence[str] | None = None
+) -> tuple[list[dict[str, Any]], Any]:
     version = ensure_peer()
     python = venv.ensure()
-    with tempfile.TemporaryDirectory() as tmp:
-        work = Path(tmp)
-        gateway = await gateway_side(work, python, tasks)
-        peer = await peer_side(work, python, tasks)
-    rows = rows_of(tasks, gateway, peer)
+    rows: list[dict[str, Any]] = []
+    versions: dict[str, str] = {}
+    for app in APPS:
+        if app_names and app.name not in app_names:
+            continue
+        # The first task signs in: it always runs.
+        tasks = [t for i, t in enumerate(app.tasks) if not names or i == 0 or t.name in names]
+        print(f"{app.name}:", flush=True)
+        with tempfile.TemporaryDirectory() as tmp:
+            work = Path(tmp)
+            gateway = await gateway_side(app, work / "gateway", python, tasks)
+            peer = await peer_side(app, work / "peer", python, tasks)
+        rows += rows_of(app, tasks, gateway, peer)
+        versions[app.name] = _version(python, app.package)
     notes = {
         **verdict(rows),
+        "per app": {name: verdict([r for r in rows if r["app"] == name]) for name in versions},
         "peer": f"@playwright/mcp {version}, stdio, --headless --isolated",
         "gateway": "in-process on loopback, MCP door, official SDK client, agent token",
-        "apps": {"django admin": f"Django {_django_version(python)}, SQLite, runserver"},
+        "apps": {name: f"{name} {v}, SQLite, runserver" for name, v in versions.items()},
         "chromium": find_chromium(),
         "counted": "characters of the text blocks of every tool result, calls per task",
     }
     return rows, notes
 
 
-def _django_version(python: Path) -> str:
+def _version(python: Path, package: str) -> str:
     out = subprocess.run(
-        [str(python), "-c", "import django; print(django.get_version())"],
+        [str(python), "-c", f"import importlib.metadata as m; print(m.version({package!r}))"],
         capture_output=True,
         text=True,
         check=True,
