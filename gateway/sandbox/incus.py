@@ -226,8 +226,7 @@ class IncusProvider(SandboxProvider):
                 continue
             _claimant, _, made = str(config.get(f"{KEY}blank", "")).partition("@")
             if made and time.time() - float(made) > 2 * STOCK_MAX_AGE_S:
-                with contextlib.suppress(IncusError):
-                    await self.incus.delete_forced(instance["name"])
+                await self._delete_blank(instance["name"])
 
     async def close(self) -> None:
         for handle in list(self._live.values()):
@@ -238,8 +237,7 @@ class IncusProvider(SandboxProvider):
                 await self._filling
         stock, self._stock = self._stock, []
         for name, _made in stock:
-            with contextlib.suppress(IncusError):
-                await self.incus.delete_forced(name)
+            await self._delete_blank(name)
         if self._incus is not None:
             await self._incus.close()
             self._incus = None
@@ -273,25 +271,31 @@ class IncusProvider(SandboxProvider):
             raise SandboxError("every Incus sandbox slot of this gateway is in use; retry later")
         # Before any work: a commit that is not there costs nothing more.
         await asyncio.to_thread(resolve_commit, Path(repository.path), spec.commit)
-        sandbox_id = f"sbx-{secrets.token_hex(8)}"
+        # A blank of the warm stock, or one made now under a new name: either way the
+        # sandbox is named after its container (its socket is the blank's own).
+        stocked = await self._stocked()
+        name = stocked or self._new_name()
+        sandbox_id = name.removeprefix(self.backend.prefix)
         handle = IncusSandbox(
             sandbox_id=sandbox_id,
-            name="",  # the container's, once it has one
+            name="",  # set once the container is there
             origin=f"http://{sandbox_id}.{self.domain}",
             binding=binding,
             spec=spec,
             limits=limits,
             folder=self.root / sandbox_id,
-            socket_path=self.socket_dir / f"{sandbox_id}.sock",
+            socket_path=self._socket_of(name),
         )
         self._live[sandbox_id] = handle
         try:
-            # The checkout is written while the container is made, or taken ready.
+            # The checkout is written while the container is made (when none was ready).
             writing = asyncio.ensure_future(
                 asyncio.to_thread(self._write_checkout, handle, repository)
             )
             try:
-                handle.name = await self._container()
+                if stocked is None:
+                    await self._create_blank(name)
+                handle.name = name
             finally:
                 checkout = await writing
             await self._bind_container(handle, repository, checkout.commit)
@@ -326,23 +330,27 @@ class IncusProvider(SandboxProvider):
         handle.watcher = asyncio.ensure_future(self._watch(handle, repository))
         return handle
 
-    async def _container(self) -> str:
-        """A started blank container: one of the warm stock, else made now. The stock is
-        refilled behind the taker's back."""
+    async def _stocked(self) -> str | None:
+        """A started blank of the warm stock, if one is ready (stale ones are deleted);
+        the stock is refilled behind the taker's back."""
         name = None
         while self._stock:
             candidate, made = self._stock.pop(0)
             if time.time() - made < STOCK_MAX_AGE_S:
                 name = candidate
                 break
-            with contextlib.suppress(IncusError):
-                await self.incus.delete_forced(candidate)
+            await self._delete_blank(candidate)
         self._refill()
-        if name is not None:
-            return name
-        name = self._new_name()
-        await self._create_blank(name)
         return name
+
+    async def _delete_blank(self, name: str) -> None:
+        with contextlib.suppress(IncusError):
+            await self.incus.delete_forced(name)
+        with contextlib.suppress(OSError):
+            self._socket_of(name).unlink()
+
+    def _socket_of(self, name: str) -> Path:
+        return self.socket_dir / f"{name.removeprefix(self.backend.prefix)}.sock"
 
     def _new_name(self) -> str:
         return f"{self.backend.prefix}sbx-{secrets.token_hex(8)}"
@@ -393,7 +401,18 @@ class IncusProvider(SandboxProvider):
             f"lxc.mount.entry = tmpfs tmp tmpfs rw,nosuid,nodev,size={self.budgets.tmp_bytes},"
             "mode=1777 0 0",
         ]
-        devices = {"usr": _read_only("/usr")}
+        devices: dict[str, dict[str, str]] = {
+            "usr": _read_only("/usr"),
+            # The app's socket inside, as a socket on this machine: part of the blank, as
+            # a proxy device takes Incus about a second to start.
+            "http": {
+                "type": "proxy",
+                "listen": f"unix:{self._socket_of(name)}",
+                "connect": f"unix:{APP_SOCKET}",
+                "bind": "host",
+                "mode": "0600",
+            },
+        }
         # The launcher runs on the gateway's interpreter, whatever the app's command.
         for index, path in enumerate(self._runtime_paths((sys.prefix, sys.base_prefix))):
             devices[f"python{index}"] = _read_only(path)
@@ -423,8 +442,7 @@ class IncusProvider(SandboxProvider):
             await self.incus.create(self._blank(name))
             await self.incus.change_state(name, "start")
         except BaseException:
-            with contextlib.suppress(IncusError):
-                await self.incus.delete_forced(name)
+            await self._delete_blank(name)
             raise
 
     async def _bind_container(
@@ -446,13 +464,6 @@ class IncusProvider(SandboxProvider):
         config.update(self._binding_config(handle, commit))
         devices = dict(found.get("devices") or {})
         devices["app"] = {**_read_only(str(handle.checkout)), "path": "/app"}
-        devices["http"] = {
-            "type": "proxy",
-            "listen": f"unix:{handle.socket_path}",
-            "connect": f"unix:{APP_SOCKET}",
-            "bind": "host",
-            "mode": "0600",
-        }
         for index, path in enumerate(self._runtime_paths(repository.read_only)):
             devices[f"runtime{index}"] = _read_only(path)
         await self.incus.replace_instance(
