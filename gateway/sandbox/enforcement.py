@@ -13,14 +13,21 @@ from __future__ import annotations
 import contextlib
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from gateway.sandbox_spec import Limits
 
 from . import mounts, seccomp
 
-if TYPE_CHECKING:
-    from .local import LocalSandbox
+
+class Jail(Protocol):
+    """What the read-back needs of a running jail (a `LocalSandbox`)."""
+
+    uid: int
+    pid_namespace: int | None
+    sized: dict[str, mounts.Sized]
+    cgroup: Path | None
+
 
 PROC = Path("/proc")
 # The lines of /proc/<pid>/limits the manifest reports, by the name it gives them.
@@ -34,7 +41,7 @@ _RLIMITS = {
 }
 
 
-def _app_pid(handle: LocalSandbox) -> int | None:
+def _app_pid(handle: Jail) -> int | None:
     """A process of the app: of the sandbox's user, in its PID namespace (bwrap's own
     init there is root's, without the app's filter)."""
     for entry in os.listdir(PROC):
@@ -78,7 +85,7 @@ def _cgroup(group: Path) -> dict[str, str]:
     return found
 
 
-def read_back(handle: LocalSandbox, limits: Limits) -> tuple[dict[str, Any], list[str]]:
+def read_back(handle: Jail, limits: Limits) -> tuple[dict[str, Any], list[str]]:
     """What the kernel holds the running sandbox to, and what nothing here holds."""
     enforced: dict[str, Any] = {"refused_calls": [], "rlimits": {}, "cgroup": None}
     not_enforced: list[str] = []
