@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import ssl
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
@@ -59,11 +60,12 @@ class Endpoint:
     def client(self, timeout_s: float) -> httpx.AsyncClient:
         timeout = httpx.Timeout(timeout_s, read=OPERATION_WAIT_S + timeout_s)
         if self.url is not None:
-            cert = (self.client_cert, self.client_key) if self.client_cert else None
-            transport = httpx.AsyncHTTPTransport(
-                verify=self.server_cert or True,
-                cert=cert,  # type: ignore[arg-type]
-            )
+            # The server's own certificate (or its CA) is what it is verified by; the
+            # client's is what Incus trusts this gateway by.
+            context = ssl.create_default_context(cafile=self.server_cert)
+            if self.client_cert:
+                context.load_cert_chain(self.client_cert, self.client_key)
+            transport = httpx.AsyncHTTPTransport(verify=context)
             return httpx.AsyncClient(base_url=self.url, transport=transport, timeout=timeout)
         transport = httpx.AsyncHTTPTransport(uds=self.socket or DEFAULT_SOCKET)
         return httpx.AsyncClient(base_url="http://incus", transport=transport, timeout=timeout)

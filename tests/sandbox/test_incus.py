@@ -9,11 +9,12 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 import pytest_asyncio
 from pydantic import BaseModel
 
@@ -29,6 +30,7 @@ from tests.sandbox.conftest import (
     AppRepo,
     incus_settings,
     provision_body,
+    sandbox_settings,
 )
 
 MIB = 1024 * 1024
@@ -301,3 +303,83 @@ def settings_env(settings: Settings) -> dict[str, str]:
             text = str(value)
         env[f"GATEWAY_{name.upper()}"] = text
     return env
+
+
+# -- a remote Incus, over HTTPS with a client certificate ----------------------------------
+
+
+def _certificate(folder: Path, name: str) -> tuple[Path, Path]:
+    cert, key = folder / f"{name}.crt", folder / f"{name}.key"
+    subprocess.run(
+        [
+            "openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt",
+            "ec_paramgen_curve:secp384r1", "-sha384", "-nodes", "-days", "1",
+            "-subj", f"/CN={name}", "-keyout", str(key), "-out", str(cert),
+        ],
+        check=True,
+        capture_output=True,
+    )  # fmt: skip
+    return cert, key
+
+
+@pytest.fixture
+def incus_https(tmp_path: Path, incus_socket: str) -> Iterator[dict[str, str]]:
+    """This machine's Incus also answering on a loopback HTTPS port, trusting one client
+    certificate: what a gateway sees of a remote Incus."""
+    port = free_port()
+    cert, key = _certificate(tmp_path, f"gateway-{os.getpid()}")
+    name = f"gateway-test-{os.getpid()}"
+    subprocess.run(
+        ["incus", "config", "set", "core.https_address", f"127.0.0.1:{port}"], check=True
+    )
+    subprocess.run(
+        ["incus", "config", "trust", "add-certificate", str(cert), "--name", name], check=True
+    )
+    try:
+        yield {
+            "url": f"https://127.0.0.1:{port}",
+            "client_cert": str(cert),
+            "client_key": str(key),
+            "server_cert": "/var/lib/incus/server.crt",
+        }
+    finally:
+        fingerprint = (
+            subprocess.run(
+                ["openssl", "x509", "-in", str(cert), "-noout", "-fingerprint", "-sha256"],
+                check=True,
+                capture_output=True,
+                text=True,
+            )
+            .stdout.split("=", 1)[1]
+            .replace(":", "")
+            .strip()
+            .lower()
+        )
+        subprocess.run(["incus", "config", "trust", "remove", fingerprint], check=False)
+        subprocess.run(["incus", "config", "unset", "core.https_address"], check=False)
+
+
+async def test_a_remote_incus_is_reached_over_https_with_the_gateways_certificate(
+    tmp_path: Path, app_repo: AppRepo, incus_https: dict[str, str]
+) -> None:
+    remote = {**incus_https, "socket_dir": f"/run/gateway-incus/{INCUS_DEPLOYMENT}-tls"}
+    settings = sandbox_settings(
+        tmp_path / "data", app_repo, sandbox_incus={**remote, "deployment": INCUS_DEPLOYMENT}
+    )
+    async with live_gateway(settings) as live:
+        sandbox = sandbox_of(live.gateway, (await provision(live, app_repo.v2))["task_id"])
+        assert (await ask(sandbox, "/version"))["version"] == "v2"
+    # A certificate Incus does not trust reaches nothing: the create says why, at once.
+    stranger, stranger_key = _certificate(tmp_path, "stranger")
+    untrusted = {**remote, "client_cert": str(stranger), "client_key": str(stranger_key)}
+    settings = sandbox_settings(
+        tmp_path / "other", app_repo, sandbox_incus={**untrusted, "deployment": INCUS_DEPLOYMENT}
+    )
+    async with live_gateway(settings) as live:
+        body = provision_body(app_repo.v1, provider="incus")
+        refused = await live.http.post(
+            "/v1/tasks", json=body, headers=live.control, timeout=PROVISION_TIMEOUT_S
+        )
+        assert refused.status_code == 503, refused.text
+        error = refused.json()["error"]
+        assert error["code"] == "sandbox_unavailable" and "not authorized" in error["message"]
