@@ -25,6 +25,7 @@ from mcp.client.stdio import StdioServerParameters, stdio_client
 from examples.synthetic_app.serve import ExampleStack, running_stack
 from gateway.chromium import find_chromium
 from gateway.testing import test_settings
+from gateway.testing.waiting import until
 from gateway.tokens import Purpose
 from mcp import Client
 from tests.clients.npm import NODE_22, NODE_MODULES, ensure_installed
@@ -33,9 +34,16 @@ pytestmark = [pytest.mark.browser, pytest.mark.asyncio(loop_scope="session")]
 
 PLAYWRIGHT_MCP = NODE_MODULES / "@playwright" / "mcp" / "cli.js"
 CHROME_DEVTOOLS_MCP = NODE_MODULES / "chrome-devtools-mcp" / "build" / "src" / "bin"
-# The gateway's tools a signed-in admin's assistant task registers in the page: the
-# dashboard's own six, the task browser's seven and the five UI actions.
-DASHBOARD_TOOLS = 18
+
+
+async def dashboard_tools(example: ExampleStack) -> int:
+    """How many tools the signed-in admin's assistant task registers in the page: its
+    catalog, as the gateway lists it for the task (the dashboard's own, the task
+    browser's and the UI actions)."""
+    await until(lambda: bool(example.gateway.tasks.live_ids()), "the assistant's task")
+    [task_id] = example.gateway.tasks.live_ids()
+    record = await example.gateway.tasks.get(task_id)
+    return len(example.gateway.registry.catalog(record.identity))
 
 
 @pytest_asyncio.fixture(loop_scope="session")
@@ -111,8 +119,9 @@ async def test_playwright_mcp_lists_and_calls_the_dashboards_tools_through_webmc
         waited = await client.call_tool("browser_wait_for", {"text": "Open assistant"})
         assert not waited.is_error, text_of(waited)
         await click(client, "Open assistant")
-        tools = await webmcp_tools(client, DASHBOARD_TOOLS)
-        assert len(tools) == DASHBOARD_TOOLS, sorted(tools)
+        expected = await dashboard_tools(example)
+        tools = await webmcp_tools(client, expected)
+        assert len(tools) == expected, sorted(tools)
         assert {
             "webmcp_dashboard_read_view",
             "webmcp_evals_start_run",
@@ -192,12 +201,13 @@ async def test_chrome_devtools_mcp_lists_and_calls_the_dashboards_tools_through_
             clicked = await client.call_tool("click", {**page, "uid": uid_of(snapshot, label)})
             assert not clicked.is_error, text_of(clicked)
         listed: list[str] = []
+        expected = await dashboard_tools(example)
         for _ in range(50):
             listing = text_of(await client.call_tool("list_webmcp_tools", page))
             listed = re.findall(r'name="([a-z0-9_]+)"', listing)
-            if len(listed) >= DASHBOARD_TOOLS:
+            if len(listed) >= expected:
                 break
-        assert len(listed) == DASHBOARD_TOOLS, listed
+        assert len(listed) == expected, listed
         assert '"consequential":true' in listing  # agents_save_draft, from the registry's hint
         ran = await client.call_tool(
             "execute_webmcp_tool", {**page, "toolName": "dashboard_read_view", "input": "{}"}
