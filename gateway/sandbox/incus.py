@@ -53,7 +53,7 @@ from gateway.sandbox_spec import (
     Repository,
 )
 
-from . import incus_image, incus_launcher, manifest, probe, seccomp, tree
+from . import incus_image, incus_launcher, incus_readback, manifest, probe, seccomp, tree
 from .checkout import extract, resolve_commit
 from .errors import SandboxError, Unhealthy
 from .incus_api import Endpoint, Incus, IncusError
@@ -62,8 +62,11 @@ from .registration import check
 
 log = logging.getLogger(__name__)
 
-# The launcher's source, passed to the container's interpreter with `-c`.
+# The launcher's and the read-back's sources, passed to the container's interpreter with
+# `-I -c` (isolated: nothing of the checkout, the working folder or the environment is
+# imported before the limits are set).
 LAUNCHER = Path(incus_launcher.__file__).read_text()
+READBACK = Path(incus_readback.__file__).read_text()
 
 PYTHON = "{python}"
 PROBE_INTERVAL_S = 0.05
@@ -74,8 +77,9 @@ GONE_WAIT_S = 30.0
 STOCK_MAX_AGE_S = 600.0
 # A teardown claimed this long ago and not done is a dead process's: another takes it over.
 CLAIM_STALE_S = 120.0
+# Longer than any provisioning (a registration's ready timeout is at most 600 s).
+PROVISIONING_MAX_S = 900.0
 APP_SOCKET = f"{incus_image.RUN_DIR}/app.sock"
-REPORT = f"{incus_image.RUN_DIR}/report.json"
 MIB = 1024 * 1024
 KEY = "user.gateway."
 # Where apps' sockets appear by default: short (a unix socket's path has at most 107
@@ -132,6 +136,7 @@ class IncusSandbox(SandboxHandle):
         self.restarts = 0
         self.exec_id: str | None = None
         self.watcher: asyncio.Task[None] | None = None
+        self.bound_at = 0.0  # when its container was bound to the task (epoch seconds)
 
     @property
     def checkout(self) -> Path:
@@ -183,6 +188,7 @@ class IncusProvider(SandboxProvider):
         # Started blank containers no task has had, with when each was made (`warm`).
         self._stock: list[tuple[str, float]] = []
         self._filling: asyncio.Future[None] | None = None
+        self._prepared = False  # the pool, the profile and the image are there
         # A claim that names this gateway process (a node restarted is another claimant).
         self._claimant = secrets.token_hex(8)
 
@@ -215,6 +221,7 @@ class IncusProvider(SandboxProvider):
         except IncusError as exc:
             log.error("sandboxes on Incus are unavailable for now: %s", exc)
             return
+        self._prepared = True
         self._refill()
 
     async def _sweep_blanks(self) -> None:
@@ -225,7 +232,7 @@ class IncusProvider(SandboxProvider):
             if config.get(f"{KEY}deployment") != self.backend.deployment:
                 continue
             _claimant, _, made = str(config.get(f"{KEY}blank", "")).partition("@")
-            if made and time.time() - float(made) > 2 * STOCK_MAX_AGE_S:
+            if made and time.time() - _number(made) > 2 * STOCK_MAX_AGE_S:
                 await self._delete_blank(instance["name"])
 
     async def close(self) -> None:
@@ -267,6 +274,13 @@ class IncusProvider(SandboxProvider):
 
     async def provision(self, spec: Provision, binding: Binding) -> IncusSandbox:
         repository, limits = check(spec, self.repositories, self.max_limits)
+        if not self._prepared:
+            # Incus could not be reached at start: its pool, profile and image are made now.
+            try:
+                await self._prepare_backend()
+            except IncusError as exc:
+                raise SandboxError(f"Incus cannot be reached: {exc.message}") from exc
+            self._prepared = True
         if len(self._live) >= self.max_live:
             raise SandboxError("every Incus sandbox slot of this gateway is in use; retry later")
         # Before any work: a commit that is not there costs nothing more.
@@ -485,6 +499,7 @@ class IncusProvider(SandboxProvider):
             f"{KEY}origin": handle.origin,
             f"{KEY}folder": str(handle.folder),
             f"{KEY}socket": str(handle.socket_path),
+            f"{KEY}bound": f"{time.time():.0f}",
         }
 
     async def _remember(self, handle: IncusSandbox, **values: Any) -> None:
@@ -500,7 +515,6 @@ class IncusProvider(SandboxProvider):
         plan = {
             "limits": handle.limits.model_dump(),
             "socket": APP_SOCKET,
-            "report": REPORT,
             "argv": command,
         }
         env = {
@@ -518,7 +532,7 @@ class IncusProvider(SandboxProvider):
         launcher = LAUNCHER
         handle.exec_id = await self.incus.exec(
             handle.name,
-            [sys.executable, "-c", launcher, json.dumps(plan)],
+            [sys.executable, "-I", "-c", launcher, json.dumps(plan)],
             env=env,
             user=incus_image.APP_UID,
             cwd="/app",
@@ -579,23 +593,29 @@ class IncusProvider(SandboxProvider):
 
     async def _read_back(self, handle: IncusSandbox) -> tuple[dict[str, Any], list[str]]:
         """What the kernel holds the running sandbox to (the cgroup's limits from Incus,
-        the rest from the launcher's report inside), in the shape `local` reports it, and
-        what nothing holds."""
+        the rest read inside as root: `incus_readback.py`), in the shape `local` reports
+        it, and what nothing holds."""
         state = await self.incus.state(handle.name)
         found, _etag = await self.incus.instance(handle.name)
         config = found.get("expanded_config") or {}
-        code, raw = await self.incus.run(handle.name, ["/usr/bin/cat", REPORT])
-        report = json.loads(raw) if code == 0 and raw else {}
-        rlimits = report.get("rlimits", {})
-        sizes = report.get("filesystems", {})
+        if any(d.get("type") == "nic" for d in (found.get("expanded_devices") or {}).values()):
+            raise SandboxError(
+                f"the container has a network card (profile {self.backend.profile!r}?): "
+                "a sandbox gets none"
+            )
+        code, raw = await self.incus.run(
+            handle.name, [sys.executable, "-I", "-c", READBACK, str(incus_image.APP_UID)]
+        )
+        try:
+            report = json.loads(raw)
+            rlimits, sizes = dict(report["rlimits"]), dict(report["filesystems"])
+        except (ValueError, TypeError, KeyError) as exc:
+            raise SandboxError(
+                f"the sandbox's limits could not be read back (exit {code}): {exc}"
+            ) from exc
         enforced: dict[str, Any] = {
             "refused_calls": sorted(REFUSED_SYSCALLS),
-            "rlimits": {
-                "cpu_s": rlimits.get("cpu_s"),
-                "file_size_bytes": rlimits.get("file_size_mb"),
-                "open_files": rlimits.get("open_files"),
-                "core_bytes": report.get("core"),
-            },
+            "rlimits": rlimits,
             "cgroup": {
                 "by": "incus",
                 "memory.max": (state.get("memory") or {}).get("total"),
@@ -607,7 +627,7 @@ class IncusProvider(SandboxProvider):
                 "refused" if config.get("linux.sysctl.user.max_user_namespaces") == "0" else None
             ),
             "network": report.get("interfaces"),
-            "uid": report.get("uid"),
+            "uid": incus_image.APP_UID if report.get("processes") else None,
             "container": {"privileged": config.get("security.privileged") == "true"},
         }
         not_enforced = [
@@ -669,8 +689,15 @@ class IncusProvider(SandboxProvider):
 
     async def found(self) -> list[SandboxHandle]:
         """Every container of this deployment on the Incus, as handles (what a gateway
-        that stopped without tearing down left, or another node's)."""
-        return list(await self._containers())
+        that stopped without tearing down left, or another node's). One still being
+        provisioned (bound, no manifest yet, its task not stored yet) is left out until
+        it is older than any provisioning can take."""
+        now = time.time()
+        return [
+            handle
+            for handle in await self._containers()
+            if handle.manifest or now - handle.bound_at > PROVISIONING_MAX_S
+        ]
 
     async def _containers(self) -> list[IncusSandbox]:
         handles = []
@@ -693,6 +720,10 @@ class IncusProvider(SandboxProvider):
             if repository is None:
                 return None
             running = await self._exited(handle, wait_s=0) is None
+            # Another call took it over while this one asked Incus: one handle, one watcher.
+            taken = self._live.get(handle.sandbox_id)
+            if taken is not None:
+                return taken
             handle.state = SandboxState.HEALTHY if running else SandboxState.DOWN
             self._live[handle.sandbox_id] = handle
             if handle.state is SandboxState.HEALTHY:
@@ -715,6 +746,9 @@ class IncusProvider(SandboxProvider):
             return None
         if f"{KEY}blank" in config:
             return None  # no task's yet
+        _holder, _, since = str(config.get(f"{KEY}teardown", "")).partition("@")
+        if since and time.time() - _number(since) < CLAIM_STALE_S:
+            return None  # being torn down (a claim older than that is a dead process's)
         try:
             binding = Binding(
                 task_id=config[f"{KEY}task"],
@@ -722,18 +756,30 @@ class IncusProvider(SandboxProvider):
                 actor_id=config[f"{KEY}actor"],
                 expires_at=datetime.fromisoformat(config[f"{KEY}expires"]),
             )
+            sandbox_id = config[f"{KEY}sandbox"]
+            folder, socket_path = Path(config[f"{KEY}folder"]), Path(config[f"{KEY}socket"])
+            # Paths this process removes at teardown: only ever a sandbox's own.
+            if (
+                socket_path != self._socket_of(instance["name"])
+                or folder.name != sandbox_id
+                or folder.parent.name != "incus"
+                or not folder.is_absolute()
+                or ".." in folder.parts
+            ):
+                raise ValueError(f"its paths are not a sandbox's: {folder}, {socket_path}")
             handle = IncusSandbox(
-                sandbox_id=config[f"{KEY}sandbox"],
+                sandbox_id=sandbox_id,
                 name=instance["name"],
                 origin=config[f"{KEY}origin"],
                 binding=binding,
                 spec=Provision.model_validate_json(config[f"{KEY}spec"]),
                 limits=Limits.model_validate_json(config[f"{KEY}limits"]),
-                folder=Path(config[f"{KEY}folder"]),
-                socket_path=Path(config[f"{KEY}socket"]),
+                folder=folder,
+                socket_path=socket_path,
             )
             handle.manifest = json.loads(config.get(f"{KEY}manifest", "{}"))
             handle.exec_id = config.get(f"{KEY}exec")
+            handle.bound_at = _number(config.get(f"{KEY}bound", ""))
             handle.restarts = int(config.get(f"{KEY}restarts", "0"))
         except (KeyError, ValueError) as exc:
             log.warning("container %s has no readable binding: %s", instance.get("name"), exc)
@@ -766,7 +812,7 @@ class IncusProvider(SandboxProvider):
             # The app first, so nothing it does races the archive.
             await self.incus.run(
                 handle.name,
-                [sys.executable, "-c", "import os, signal; os.kill(-1, signal.SIGKILL)"],
+                [sys.executable, "-I", "-c", "import os, signal; os.kill(-1, signal.SIGKILL)"],
                 user=incus_image.APP_UID,
             )
         if keep_data:
@@ -785,7 +831,7 @@ class IncusProvider(SandboxProvider):
             holder, _, since = str(config.get(f"{KEY}teardown", "")).partition("@")
             if holder == self._claimant:
                 return True
-            if holder and time.time() - float(since or 0) < CLAIM_STALE_S:
+            if holder and time.time() - _number(since) < CLAIM_STALE_S:
                 return False
             config[f"{KEY}teardown"] = f"{self._claimant}@{time.time():.0f}"
             try:
@@ -805,7 +851,7 @@ class IncusProvider(SandboxProvider):
         try:
             code, data = await self.incus.run(
                 handle.name,
-                [sys.executable, "-c", script],
+                [sys.executable, "-I", "-c", script],
                 limit=self.keep_data_max_bytes,
             )
         except IncusError as exc:
@@ -853,6 +899,14 @@ class IncusProvider(SandboxProvider):
             if time.monotonic() >= deadline:
                 return int(state.get("processes") or 0) or 1
             await asyncio.sleep(0.2)
+
+
+def _number(text: str) -> float:
+    """A time written into a container's config; 0 (long ago) when it is not a number."""
+    try:
+        return float(text)
+    except ValueError:
+        return 0.0
 
 
 def _read_only(path: str) -> dict[str, str]:

@@ -4,15 +4,14 @@ Standard library only, and no import of the gateway: the container sees the inte
 and its installation, not the gateway's package. The provider passes this file's source
 with `-c`, the app's command and a JSON of what to set as arguments:
 
-    python -c <this source> '<json>'   # {"limits": {...}, "socket": "/run/app/app.sock",
-                                         #  "report": "/run/app/report.json", "argv": [...]}
+    python -I -c <this source> '<json>'   # {"limits": {...}, "socket": "/run/app/app.sock",
+                                            #  "argv": [...]}
 
 It sets the per-process resource limits (CPU seconds, file size, open files, no core
 dumps), binds the app's listening unix socket and hands it over as standard input (the
-same contract as the `local` provider: `SANDBOX_LISTEN_FD` 0), writes what the kernel now
-holds (limits read back, the sizes of /data and /tmp, the network interfaces there are)
-to the report, and replaces itself with the app. It runs as the app's user already: the
-container's init is not involved.
+same contract as the `local` provider: `SANDBOX_LISTEN_FD` 0), and replaces itself with the
+app; what the kernel then holds is read by `incus_readback.py`, as root. It runs as the
+app's user already: the container's init is not involved.
 """
 
 import json
@@ -46,22 +45,6 @@ def main() -> None:
     listener.listen(128)
     os.dup2(listener.fileno(), 0)
     listener.close()
-    read_back = {
-        name: resource.getrlimit(which)[1] for name, (which, _unit, _grace) in rlimits.items()
-    }
-    sizes = {}
-    for folder in ("/data", "/tmp"):  # noqa: S108 - the container's own
-        info = os.statvfs(folder)
-        sizes[folder] = info.f_blocks * info.f_frsize
-    report = {
-        "rlimits": read_back,
-        "core": resource.getrlimit(resource.RLIMIT_CORE)[1],
-        "filesystems": sizes,
-        "interfaces": sorted(os.listdir("/sys/class/net")),
-        "uid": os.getuid(),
-    }
-    with open(plan["report"], "w") as fh:
-        json.dump(report, fh)
     os.chdir("/app")
     argv = plan["argv"]
     os.execv(argv[0], argv)  # noqa: S606 - the registered command, as an argv

@@ -115,11 +115,13 @@ class Sandboxes:
             return
         for handle in found:
             task_id = handle.binding.task_id
-            if self.sink.alive is not None and await self.sink.alive(task_id):
-                continue
-            identity = await self.sink.identity(task_id)
-            log.warning("sandbox %s of %s outlived its task: torn down", handle.sandbox_id, task_id)
             try:
+                if self.sink.alive is not None and await self.sink.alive(task_id):
+                    continue
+                identity = await self.sink.identity(task_id)
+                log.warning(
+                    "sandbox %s of %s outlived its task: torn down", handle.sandbox_id, task_id
+                )
                 await self._teardown(task_id, _Live(provider, handle, identity), "left behind")
             except Exception as exc:
                 log.error("sandbox %s left behind was not torn down: %s", handle.sandbox_id, exc)

@@ -28,6 +28,7 @@ from gateway.testing.waiting import until, until_true
 from tests.sandbox.conftest import (
     INCUS_DEPLOYMENT,
     AppRepo,
+    git,
     incus_settings,
     provision_body,
     sandbox_settings,
@@ -383,3 +384,23 @@ async def test_a_remote_incus_is_reached_over_https_with_the_gateways_certificat
         assert refused.status_code == 503, refused.text
         error = refused.json()["error"]
         assert error["code"] == "sandbox_unavailable" and "not authorized" in error["message"]
+
+
+async def test_a_commit_shadowing_a_module_the_launcher_imports_runs_nothing_before_the_limits(
+    live: LiveGateway, app_repo: AppRepo
+) -> None:
+    # A `resource.py` at the checkout's root would be the launcher's `resource` (it runs in
+    # /app) were the launcher not isolated from the working folder: it would run as the
+    # app before any limit is set.
+    (app_repo.path / "resource.py").write_text("raise SystemExit(7)\n")
+    git(app_repo.path, "add", "resource.py")
+    git(app_repo.path, "commit", "-q", "-m", "a module of the standard library's name")
+    commit = git(app_repo.path, "rev-parse", "HEAD")
+    try:
+        task = await provision(live, commit, limits={"cpu_s": 30})
+        sandbox = sandbox_of(live.gateway, task["task_id"])
+        assert (await ask(sandbox, "/version"))["version"] == "v2"
+        rlimits = sandbox.manifest["enforced"]["rlimits"]
+        assert rlimits["cpu_s"] == 31 and rlimits["core_bytes"] == 0, rlimits
+    finally:
+        git(app_repo.path, "reset", "-q", "--hard", app_repo.v2)
