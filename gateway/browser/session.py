@@ -408,6 +408,29 @@ class BrowserSession:
 
     # -- downloads ------------------------------------------------------------------------
 
+    def _downloaded(self, got: Any) -> tuple[str | None, bytes]:
+        """What the page's reading of a download gave: its bytes, or why none are kept.
+        The bound is checked here again: the reading runs in the page's own world, whose
+        functions the page may have replaced."""
+        limit = self.download_max_bytes
+        if not isinstance(got, dict):
+            return "its reading gave no bytes", b""
+        if "over" in got:
+            return f"it is over the bound of {limit} bytes", b""
+        if "status" in got:
+            return f"the app answered {str(got['status'])[:40]}", b""
+        encoded = got.get("data")
+        # Base64 holds 3 bytes in 4 characters: a longer text is over the bound as it is.
+        if not isinstance(encoded, str) or len(encoded) > 4 * (limit // 3 + 1):
+            return f"it is over the bound of {limit} bytes", b""
+        try:
+            data = base64.b64decode(encoded, validate=True)
+        except ValueError:
+            return "its reading gave no bytes", b""
+        if len(data) > limit:
+            return f"it is over the bound of {limit} bytes", b""
+        return None, data
+
     def _download(self, download: Download) -> None:
         self._spawn(self._keep_download(download))
 
@@ -440,12 +463,7 @@ class BrowserSession:
             except PlaywrightError as exc:
                 refusal = f"it could not be read: {first_line(exc)}"
             else:
-                if "over" in got:
-                    refusal = f"it is over the bound of {self.download_max_bytes} bytes"
-                elif "status" in got:
-                    refusal = f"the app answered {got['status']}"
-                else:
-                    data = base64.b64decode(got["data"])
+                refusal, data = self._downloaded(got)
         if identity is None:
             return
         if refusal is None:

@@ -52,6 +52,14 @@ class Upstream:
         self.writer.close()
 
 
+def _quiet(conn: Upstream) -> bool:
+    """Nothing came on `conn` past the last answer, and the upstream has not closed it: a
+    byte already buffered would be read as the next request's answer. (asyncio's reader
+    has no public way to ask for its buffer's length.)"""
+    buffered: bytearray = getattr(conn.reader, "_buffer", bytearray())
+    return not buffered and not conn.reader.at_eof()
+
+
 class Upstreams:
     """Idle connections by origin, for one guard proxy."""
 
@@ -83,7 +91,9 @@ class Upstreams:
                     # the response is read. Bytes that came meanwhile still end it.
                     watch.cancel()
                     await asyncio.wait([watch])
-                    if watch.cancelled():
+                    # A watch cancelled before it ran, or as bytes came, saw nothing:
+                    # the stream itself says whether anything came past the answer.
+                    if watch.cancelled() and _quiet(conn):
                         conn._watch = None
                         conn.reused = True
                         self.reused += 1
@@ -109,7 +119,7 @@ class Upstreams:
         for stale in [c for c in idle if not self._sound(c)]:
             idle.remove(stale)
             stale.close()
-        if len(idle) >= self._max_idle or conn.writer.is_closing():
+        if len(idle) >= self._max_idle or conn.writer.is_closing() or not _quiet(conn):
             conn.close()
             return
         conn.reused = False
