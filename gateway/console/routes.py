@@ -334,10 +334,14 @@ def routes(gw: Gateway) -> list[BaseRoute]:
         )
 
     async def trace(request: Request, viewer: Viewer) -> Response:
-        ref = await task_artifact(
-            viewer, request.path_params["task_id"], request.path_params["artifact_id"]
-        )
-        if ref.media_type != "application/zip":
+        task_id, artifact_id = request.path_params["task_id"], request.path_params["artifact_id"]
+        ref = await task_artifact(viewer, task_id, artifact_id)
+        # Only a trace the gateway recorded of the task's browser opens in the viewer, on
+        # the console's origin: never another zip of the task (a download the agent's
+        # browser kept is the app's, or a hostile site's).
+        record = await visible_task(viewer, task_id)
+        recorded = {t["artifact_id"] for t in timeline.traces(await _all_evidence(gw, record))}
+        if ref.media_type != "application/zip" or artifact_id not in recorded:
             raise NotFound("no such trace")
         return StreamingResponse(
             await gw.store.stream_artifact(ref),

@@ -313,3 +313,20 @@ async def test_the_trace_viewer_is_served_from_the_gateway_behind_the_console(li
     for escape in ("../../../../../../etc/passwd", "..%2f..%2f..%2fpackage.json", "nope.js"):
         answer = await live.http.get(f"/console/trace-viewer/{escape}", headers=live.control)
         assert answer.status_code == 404, escape
+
+
+async def test_only_a_trace_the_gateway_recorded_opens_as_a_trace(live: Live) -> None:
+    # A zip the task's browser kept (a download) is the app's, or a hostile site's: the
+    # viewer, on the console's origin, opens only the traces of the task's contexts.
+    task = await live.create_task()
+    ident = await live.gateway.tasks.authenticate(task["tokens"]["agent"], Purpose.AGENT)
+    downloaded = await live.gateway.store.put_artifact(
+        ident, b"PK\x05\x06" + b"\x00" * 18, name="site.zip", media_type="application/zip"
+    )
+    url = f"/console/tasks/{task['task_id']}/traces/{downloaded.id}/trace.zip"
+    assert (await live.http.get(url, headers=live.control)).status_code == 404
+    # The same bytes, recorded as the trace of the task's browser context, do open.
+    await live.gateway.events.record(
+        ident, "browser_closed", {"trace": {"artifact_id": downloaded.id}}
+    )
+    assert (await live.http.get(url, headers=live.control)).status_code == 200
