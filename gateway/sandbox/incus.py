@@ -427,9 +427,6 @@ class IncusProvider(SandboxProvider):
                 "mode": "0600",
             },
         }
-        # The launcher runs on the gateway's interpreter, whatever the app's command.
-        for index, path in enumerate(self._runtime_paths((sys.prefix, sys.base_prefix))):
-            devices[f"python{index}"] = _read_only(path)
         return {
             "name": name,
             "type": "container",
@@ -455,6 +452,14 @@ class IncusProvider(SandboxProvider):
         try:
             await self.incus.create(self._blank(name))
             await self.incus.change_state(name, "start")
+            # The gateway's interpreter (the launcher runs on it, whatever the app's
+            # command), plugged in once started: mounted at its start, a path of it under
+            # /tmp would be hidden by the container's own /tmp.
+            found, etag = await self.incus.instance(name)
+            devices = dict(found.get("devices") or {})
+            for index, path in enumerate(self._runtime_paths((sys.prefix, sys.base_prefix))):
+                devices[f"python{index}"] = _read_only(path)
+            await self.incus.replace_instance(name, {**found, "devices": devices}, etag=etag)
         except BaseException:
             await self._delete_blank(name)
             raise
