@@ -28,13 +28,22 @@ _REDACTOR = Redactor(include_env=False)
 
 
 def _bare_url(url: str) -> str:
-    """The URL with each query value replaced (a query can carry a token)."""
+    """The URL without user info, with each query value replaced, and a query item with
+    no value replaced whole (a query can carry a token either way)."""
     try:
         parts = urlsplit(url)
+        host = parts.hostname or ""
+        netloc = f"[{host}]" if ":" in host else host
+        if parts.port is not None:
+            netloc += f":{parts.port}"
     except ValueError:
-        return url[:URL_CHARS]
-    query = "&".join(f"{pair.split('=', 1)[0]}=…" for pair in parts.query.split("&") if pair)
-    return urlunsplit((parts.scheme, parts.netloc, parts.path, query, ""))[:URL_CHARS]
+        return "[unreadable URL]"
+    query = "&".join(
+        f"{pair.split('=', 1)[0]}=…" if "=" in pair else "…"
+        for pair in parts.query.split("&")
+        if pair
+    )
+    return urlunsplit((parts.scheme, netloc, parts.path, query, ""))[:URL_CHARS]
 
 
 def _masked(text: str, secrets: set[str]) -> str:
