@@ -26,7 +26,14 @@ from starlette.routing import BaseRoute, Route
 from gateway.approvals.broker import Decision
 from gateway.console import export, pages, timeline, trace_viewer
 from gateway.console.access import COOKIE, SESSION_MAX_AGE_S, ConsoleAccess, HostSignIn, Viewer
-from gateway.errors import AuthError, GatewayError, InvalidInput, NotFound, PayloadTooLarge
+from gateway.errors import (
+    AuthError,
+    Forbidden,
+    GatewayError,
+    InvalidInput,
+    NotFound,
+    PayloadTooLarge,
+)
 from gateway.http.approvals import DECIDE
 from gateway.http.edge import error_response, parse_body, query_int, read_json
 from gateway.runtime import Gateway
@@ -294,6 +301,13 @@ def routes(gw: Gateway) -> list[BaseRoute]:
         body = await read_json(request, gw.settings.max_body_bytes)
         given = parse_body(ConsoleAnswer, body, "the answer is invalid")
         approval_id = request.path_params["approval_id"]
+        if viewer.via == "host" and viewer.id == record.identity.actor.id:
+            # The console answers as the control plane: the task's own user, signed in
+            # through the host, would settle what the policy keeps from them (a need
+            # `by: control`, a grant for the task). They answer in their tab.
+            raise Forbidden(
+                "the task's own user answers its approvals in the dashboard tab, not here"
+            )
         if gw.placement is not None:
             errand = {
                 "approval_id": approval_id,

@@ -16,6 +16,7 @@ import pytest
 from pydantic import BaseModel
 from starlette.requests import Request
 
+from gateway.approvals.broker import Decision
 from gateway.console import HostSignIn, Viewer, host_viewer
 from gateway.console.access import COOKIE, ConsoleAccess
 from gateway.registry import Tool, ToolContext
@@ -34,6 +35,8 @@ PIXEL = bytes.fromhex(
 PEOPLE = {
     "b-member": host_viewer("bea", "member", {"org_b"}),
     "a-member": host_viewer("al", "member", {"org_a"}),
+    # The task's own user (test tasks are user_1's), signed in through the host.
+    "a-actor": host_viewer("user_1", "member", {"org_a"}),
 }
 
 
@@ -330,3 +333,27 @@ async def test_only_a_trace_the_gateway_recorded_opens_as_a_trace(live: Live) ->
         ident, "browser_closed", {"trace": {"artifact_id": downloaded.id}}
     )
     assert (await live.http.get(url, headers=live.control)).status_code == 200
+
+
+async def test_the_tasks_own_user_does_not_answer_as_the_control_plane(live: Live) -> None:
+    # The console answers as the control plane: the task's own user would settle there
+    # what the policy keeps from them.
+    task, call, approval_id = await waiting(live, org="org_a")
+    tid = task["task_id"]
+    async with httpx.AsyncClient(base_url=live.base_url, cookies={"host": "a-actor"}) as own:
+        page = await own.get(f"/console/tasks/{tid}")
+        assert page.status_code == 200
+        answer = await own.post(
+            f"/console/api/tasks/{tid}/approvals/{approval_id}",
+            json={"decision": "approve", "scope": "task"},
+            headers={"x-console-csrf": csrf_of(page.text)},
+        )
+        assert answer.status_code == 403, answer.text
+        assert answer.json()["error"]["code"] == "forbidden"
+    assert live.gateway.approvals.pending(tid)
+    await live.gateway.approvals.decide(
+        (await live.gateway.tasks.get(tid)).identity,
+        approval_id,
+        Decision("deny", "call", "ops", "admin", "control"),
+    )
+    assert (await call).status == "denied"
