@@ -159,7 +159,18 @@ def _secret_values(call: _Call) -> list[str]:
     fields = call.context.secrets if call.context is not None else set()
     if not isinstance(call.input, dict):
         return []
-    return [v for k, v in call.input.items() if k in fields and isinstance(v, str) and v]
+    found: list[str] = []
+    # A secret field may hold others (a form's fields): every text below it is secret.
+    pending = [v for k, v in call.input.items() if k in fields]
+    while pending:
+        value = pending.pop()
+        if isinstance(value, str) and value:
+            found.append(value)
+        elif isinstance(value, dict):
+            pending.extend(value.values())
+        elif isinstance(value, list):
+            pending.extend(value)
+    return found
 
 
 def _jsonable(value: Any) -> Any:

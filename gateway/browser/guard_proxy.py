@@ -148,8 +148,10 @@ class OriginProxy:
 
     def route(self, origin: str, opener: Opener) -> None:
         """Reach `origin` through `opener` instead of a TCP connection (it is still forwarded
-        only while it is allowed)."""
-        self._routes[authority_of(origin)] = opener
+        only while it is allowed). Connections kept to it before lead elsewhere: closed."""
+        authority = authority_of(origin)
+        self._routes[authority] = opener
+        self._upstreams.drop(authority)
 
     async def _upstream(
         self, authority: tuple[str, int]

@@ -138,6 +138,11 @@ class Upstreams:
         conn._watch = None
         conn.writer.close()
 
+    def drop(self, authority: Authority) -> None:
+        """Close the idle connections to `authority` (its way there changed)."""
+        for conn in self._idle.pop(authority, []):
+            conn.close()
+
     def keep_only(self, authorities: frozenset[Authority]) -> None:
         """Close the idle connections of origins no longer allowed."""
         for authority in [a for a in self._idle if a not in authorities]:

@@ -50,7 +50,11 @@ async def live(live_factory: LiveFactory, settings: Settings) -> AsyncIterator[L
 
 
 POLICY = {
-    "grantable": [{"tool": "notes.write", "by": "control"}, {"tool": "browser.fill"}],
+    "grantable": [
+        {"tool": "notes.write", "by": "control"},
+        {"tool": "browser.fill"},
+        {"tool": "browser.fill_form"},
+    ],
     "channels": ["tab", "control"],
 }
 
@@ -104,6 +108,21 @@ async def test_a_secret_fill_shows_no_value_and_refused_keeps_none_in_evidence(
     # Nowhere in the database either.
     assert PASSWORD not in await _everything_stored(live)
     assert body
+
+
+async def test_a_secret_field_of_a_form_shows_no_value_either(live: Live) -> None:
+    _, ident = await task_of(live)
+    fields = [{"ref": REF, "value": "ada"}, {"ref": "s1.e5", "value": PASSWORD, "secret": True}]
+    call = calling(live, ident, "browser.fill_form", {"fields": fields})
+    request = await pending(live, ident.task_id)
+    assert PASSWORD not in request.summary
+    assert PASSWORD not in json.dumps(request.shown())
+    assert PASSWORD not in await listed(live, ident.task_id)
+    url = f"/v1/tasks/{ident.task_id}/approvals/{request.id}"
+    deny = {**DECISION, "decision": "deny"}
+    assert (await live.http.post(url, json=deny, headers=live.control)).status_code == 200
+    assert (await call).error is not None
+    assert PASSWORD not in await _everything_stored(live)
 
 
 async def test_a_pasted_token_and_a_tools_own_secret_details_are_redacted(live: Live) -> None:
