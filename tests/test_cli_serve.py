@@ -91,11 +91,18 @@ def test_gateway_serve_starts_the_example_dashboard_only_with_example(
     try:
         _wait_healthy(process, port, tmp_path / "serve.log")
         if asked:
-            # The dashboard starts beside the gateway; it sends a visitor to sign in.
+            # The dashboard starts beside the gateway (its port may take connections a
+            # moment before it answers them); it sends a visitor to sign in.
             deadline = time.monotonic() + 30
-            while not _listening(example_port) and time.monotonic() < deadline:
-                time.sleep(0.1)
-            page = httpx.get(f"http://{HOST}:{example_port}/", timeout=10, follow_redirects=True)
+            page = None
+            while page is None and time.monotonic() < deadline:
+                try:
+                    page = httpx.get(
+                        f"http://{HOST}:{example_port}/", timeout=10, follow_redirects=True
+                    )
+                except httpx.TransportError:
+                    time.sleep(0.1)
+            assert page is not None, (tmp_path / "serve.log").read_text()
             assert page.status_code == 200 and "sign" in page.text.lower()
         else:
             assert not _listening(example_port)
