@@ -11,7 +11,7 @@ genuine ones, neither end a call nor make a node say "nothing was done".
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -23,34 +23,14 @@ from nats.aio.msg import Msg
 from gateway.approval_policy import ApprovalPolicy
 from gateway.cluster import node as node_module
 from gateway.results import Door, ErrorCode, ToolStatus
-from gateway.testing.nats import NatsServer, NatsUser, nats_server, node_user
-from gateway.testing.postgres import Cluster
+from gateway.testing.nats import NatsServer, NatsUser
 from gateway.testing.waiting import until
-from gateway.tokens import new_key
-from tests.cluster.test_nodes import DECISION, Nodes, asking, node_of
+from tests.cluster.test_nodes import DECISION, TAP, Nodes, asking, nats, node_of, shared
 from tests.core_fixtures import new_task
 
-TAP = NatsUser("tap", "tap-password-0123456789")
+__all__ = ["nats", "shared"]
 # What a call's input carries, to look for in what the bus carried.
 MARKER = "routed-input-5d1c"
-
-
-@pytest.fixture(scope="module")
-def nats(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NatsServer]:
-    users = [node_user("node-a"), node_user("node-b"), TAP]
-    with nats_server(tmp_path_factory.mktemp("nats") / "nats.log", users=users) as server:
-        yield server
-
-
-@pytest.fixture
-def shared(postgres: Cluster, nats: NatsServer) -> dict[str, Any]:
-    return {
-        "database_url": postgres.new_database(),
-        "nats_url": nats.url,
-        "secret_keys": [new_key()],
-        "control_key": new_key(),
-        "cluster_beat_s": 0.2,
-    }
 
 
 @pytest.fixture
