@@ -29,6 +29,7 @@ from tests.cluster.test_nodes import DECISION, TAP, Nodes, asking, nats, node_of
 from tests.core_fixtures import new_task
 
 __all__ = ["nats", "shared"]
+
 # What a call's input carries, to look for in what the bus carried.
 MARKER = "routed-input-5d1c"
 
