@@ -21,6 +21,7 @@ from mcp.server.streamable_http_manager import StreamableHTTPASGIApp, Streamable
 from mcp.server.transport_security import TransportSecuritySettings
 from starlette.routing import BaseRoute, Route
 
+from gateway.approvals.channels import ApprovalPage
 from gateway.errors import GatewayError
 from gateway.http.hosts import HostPolicy
 from gateway.identity import TaskIdentity
@@ -57,6 +58,8 @@ class McpDoor:
             task_log=gw.task_log,
             parked_calls=self.parked_calls,
             call_tasks=self.call_tasks,
+            # Read when asked: the console provides its page once it is installed.
+            approval_page=lambda: gw.services.find(ApprovalPage),
         )
         # Host and Origin are checked by the bearer front, before the token.
         unguarded = TransportSecuritySettings(enable_dns_rebinding_protection=False)

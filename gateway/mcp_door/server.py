@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import warnings
+from collections.abc import Callable
 from typing import Any
 
 import anyio
@@ -29,6 +30,7 @@ from mcp.server.lowlevel import Server
 from mcp.shared.exceptions import MCPDeprecationWarning, MCPError
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
+from gateway.approvals.channels import ApprovalPage
 from gateway.errors import NotFound
 from gateway.identity import TaskIdentity
 from gateway.mcp_door import task_requests
@@ -107,6 +109,7 @@ def parks_for(
     identity: TaskIdentity,
     params: types.CallToolRequestParams,
     parked_calls: ParkedCalls,
+    console: ApprovalPage | None = None,
 ) -> Parked | None:
     """A parked call for a client that can be asked only by an `input_required` result
     (the 2026-07-28 protocol, with elicitation declared), or None."""
@@ -125,6 +128,7 @@ def parks_for(
         by_form=declared.elicitation.form is not None or not by_url,
         by_url=by_url,
         page=identity.sandbox.app_origin,
+        console=console,
     )
 
 
@@ -150,6 +154,7 @@ def build_server(
     task_log: TaskLog | None = None,
     parked_calls: ParkedCalls | None = None,
     call_tasks: CallTasks | None = None,
+    approval_page: Callable[[], ApprovalPage | None] = lambda: None,
 ) -> Server[Any]:
     parked_calls = parked_calls if parked_calls is not None else ParkedCalls()
 
@@ -197,7 +202,9 @@ def build_server(
                 raise MCPError(INVALID_PARAMS, str(exc)) from None
             parked.answer(params.input_responses)
             outcome = await until_answered(parked)
-        elif (parked := parks_for(ctx, identity, params, parked_calls)) is not None:
+        elif (
+            parked := parks_for(ctx, identity, params, parked_calls, approval_page())
+        ) is not None:
             parked.call = asyncio.ensure_future(
                 calls.call(
                     identity,
@@ -220,7 +227,7 @@ def build_server(
                 params.arguments,
                 key=idempotency_key(meta),
                 progress=progress_of(ctx),
-                elicit=elicitor(ctx),
+                elicit=elicitor(ctx, approval_page()),
             )
         if isinstance(outcome, types.InputRequiredResult):
             return outcome
