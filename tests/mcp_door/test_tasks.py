@@ -221,3 +221,34 @@ async def test_a_task_past_its_ttl_is_dropped_and_its_call_told_to_stop() -> Non
     with pytest.raises(Exception, match="not yours"):
         tasks.find("tk_1", task.id)
     assert tasks.held("tk_1") == 0
+
+
+async def test_a_stateless_client_runs_polls_and_reads_a_task(door: DoorLive) -> None:
+    """The 2026-07-28 protocol (no session), with the Python SDK client's raw requests:
+    every request stands alone, and any of them may poll."""
+    task = await door.live.create_task()
+    async with door.client(task["tokens"]["agent"], mode="auto") as client:
+        assert client.protocol_version == "2026-07-28"
+        assert client.server_capabilities.extensions is not None
+        assert "io.modelcontextprotocol/tasks" in client.server_capabilities.extensions
+        created = await client.session.send_request(
+            types.CallToolRequest(
+                params=types.CallToolRequestParams(
+                    name="test_long", arguments={}, task=types.TaskMetadata(ttl=60_000)
+                )
+            ),
+            types.CreateTaskResult,
+        )
+        assert created.task.status == "working"
+        assert created.task.ttl == 60_000
+        ask = types.GetTaskPayloadRequest(
+            params=types.GetTaskPayloadRequestParams(task_id=created.task.task_id)
+        )
+        result = await client.session.send_request(ask, types.CallToolResult)
+        polled = await client.session.send_request(
+            types.GetTaskRequest(params=types.GetTaskRequestParams(task_id=created.task.task_id)),
+            types.GetTaskResult,
+        )
+    assert polled.status == "completed"
+    assert result.structured_content is not None
+    assert result.structured_content["status"] == "succeeded"
