@@ -202,6 +202,10 @@ class CallTasks:
     def held(self, owner: str) -> int:
         return len(self._by_owner.get(owner, {}))
 
+    def owners(self) -> set[str]:
+        """The gateway tasks that hold any MCP task."""
+        return set(self._by_owner)
+
     async def _run(self, task: CallTask, run: CallRun) -> None:
         try:
             result = await run(task.cancel)

@@ -252,3 +252,49 @@ async def test_a_stateless_client_runs_polls_and_reads_a_task(door: DoorLive) ->
     assert polled.status == "completed"
     assert result.structured_content is not None
     assert result.structured_content["status"] == "succeeded"
+
+
+async def test_a_malformed_task_request_is_invalid_params_and_starts_nothing(
+    door: DoorLive,
+) -> None:
+    task = await door.live.create_task()
+    headers = {
+        "authorization": f"Bearer {task['tokens']['agent']}",
+        "mcp-protocol-version": "2025-11-25",
+        "accept": "application/json, text/event-stream",
+    }
+    init = await door.live.http.post(
+        "/v1/mcp",
+        headers=headers,
+        json={
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "initialize",
+            "params": {
+                "protocolVersion": "2025-11-25",
+                "capabilities": {},
+                "clientInfo": {"name": "raw", "version": "1"},
+            },
+        },
+    )
+    assert init.status_code == 200, init.text
+    assert '"tasks"' in init.text  # the capability is advertised at the handshake
+    session = {**headers, "mcp-session-id": init.headers["mcp-session-id"]}
+    await door.live.http.post(
+        "/v1/mcp", headers=session, json={"jsonrpc": "2.0", "method": "notifications/initialized"}
+    )
+    bad = await door.live.http.post(
+        "/v1/mcp",
+        headers=session,
+        json={
+            "jsonrpc": "2.0",
+            "id": 2,
+            "method": "tools/call",
+            "params": {"name": "test_long", "arguments": {}, "task": {"ttl": "soon"}},
+        },
+    )
+    assert bad.status_code == 200, bad.text
+    assert '"code":-32602' in bad.text.replace(" ", ""), bad.text
+    tasks = door.live.gateway.services.get(McpDoor).call_tasks
+    assert tasks.held(task["task_id"]) == 0
+    assert door.probe.identities == []
