@@ -7,6 +7,7 @@ answers there in Chromium, once the card is still and in view, and the call resu
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 from urllib.parse import urlsplit
@@ -200,6 +201,15 @@ async def test_a_person_answers_on_the_page_and_the_call_resumes(door: DoorLive)
             assert result.structured_content is not None
             assert result.structured_content["status"] == "succeeded"
             await view.wait_for_function("el => el.dataset.state === 'approved'", arg=answered)
+            # One answer counts: a second, from the same page, is the contract's conflict.
+            csrf = await view.get_attribute('meta[name="console-csrf"]', "content")
+            approval_id = await view.get_attribute(".approval", "data-approval-id")
+            second = await view.request.post(
+                f"{live.base_url}/console/api/tasks/{task['task_id']}/approvals/{approval_id}",
+                data=json.dumps({"decision": "deny"}),
+                headers={"content-type": "application/json", "x-console-csrf": csrf or ""},
+            )
+            assert second.status == 409
         finally:
             await browser.close()
     [approval] = await live.gateway.approvals.listing(task["task_id"])
