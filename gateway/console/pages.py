@@ -292,6 +292,21 @@ def approval_card(approval: Mapping[str, Any]) -> str:
     )
 
 
+def approval_page(approval: Mapping[str, Any], task_id: str, *, viewer: str, csrf: str) -> str:
+    """One approval on a page of its own: where a link given to an agent's client leads.
+    The same card, armed by the same rule, as on the task's page."""
+    body = (
+        f'<article class="approval-page" data-task-id="{e(task_id)}">'
+        f"<h1>Approval asked by task {e(task_id)}</h1>"
+        "<p>An agent's call waits for this answer. Check what it would approve; the agent "
+        "cannot answer it, and one answer, the first, counts.</p>"
+        f"{approval_card(approval)}"
+        f'<p><a href="{BASE}/tasks/{quote(task_id, safe="")}">The whole task</a></p>'
+        "</article>"
+    )
+    return layout("Approval", body, viewer=viewer, csrf=csrf, page="approval")
+
+
 def metrics_html(metrics: Mapping[str, Any], pending: int) -> str:
     cells = [
         ("calls", metrics["calls"]),

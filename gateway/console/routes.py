@@ -326,6 +326,25 @@ def routes(gw: Gateway) -> list[BaseRoute]:
         )
         return JSONResponse(done.public())
 
+    async def approval_page(request: Request, viewer: Viewer) -> Response:
+        """One approval, by its id alone: the page a URL-mode elicitation links to. Seen by
+        whoever may see its task (another organization's is 404), answered through the
+        same route, broker and one-answer rule as the task page's cards."""
+        approval_id = request.path_params["approval_id"]
+        task_id = await gw.store.approval_task(approval_id)
+        if task_id is None:
+            raise NotFound("no such approval")
+        record = await visible_task(viewer, task_id)
+        found = [
+            a for a in await gw.approvals.listing(task_id) if a.get("approval_id") == approval_id
+        ]
+        if not found:
+            raise NotFound("no such approval")
+        html = pages.approval_page(
+            found[0], record.identity.task_id, viewer=viewer.id, csrf=access.csrf_token(viewer)
+        )
+        return HTMLResponse(html)
+
     # -- artifacts, traces, the viewer, the export -------------------------------------
 
     async def artifact(request: Request, viewer: Viewer) -> Response:
@@ -412,6 +431,7 @@ def routes(gw: Gateway) -> list[BaseRoute]:
         Route(f"{base}/api/tasks", api(tasks_json), methods=["GET"]),
         Route(f"{base}/tasks/{{task_id}}", page(task_page), methods=["GET"]),
         Route(f"{base}/api/tasks/{{task_id}}/live", api(task_live), methods=["GET"]),
+        Route(f"{base}/approvals/{{approval_id}}", page(approval_page), methods=["GET"]),
         Route(
             f"{base}/api/tasks/{{task_id}}/approvals/{{approval_id}}",
             api(answer),

@@ -113,7 +113,7 @@ function arm(card) {
     const scope = fieldset.querySelector('input[type="radio"]:checked')?.value ?? "call";
     fieldset.disabled = true;
     hint.textContent = "Sending…";
-    const task = document.querySelector("article.task").dataset.taskId;
+    const task = card.closest("[data-task-id]").dataset.taskId;
     const response = await fetch(
       `/console/api/tasks/${encodeURIComponent(task)}/approvals/${encodeURIComponent(card.dataset.approvalId)}`,
       {
@@ -190,5 +190,14 @@ function followTask() {
   });
 }
 
+// -- one approval's page (where a link given to an agent's client leads) ------------------
+
+function followApproval() {
+  const article = document.querySelector("article.approval-page");
+  if (!article) return;
+  for (const card of article.querySelectorAll(".approval")) arm(card);
+}
+
 followTasks();
 followTask();
+followApproval();
