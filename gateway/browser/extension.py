@@ -6,6 +6,7 @@ from starlette.routing import BaseRoute
 
 from gateway.identity import TaskIdentity
 from gateway.runtime import Gateway
+from gateway.storage_state import StorageStates
 from gateway.store.database import ArtifactRef
 
 from . import tools
@@ -28,6 +29,10 @@ def install(gw: Gateway) -> list[BaseRoute]:
     ) -> ArtifactRef:
         return await gw.store.put_artifact(identity, data, name=name, media_type=media_type)
 
+    # Signed-in tasks' storage states, in memory, for the task's life only.
+    states = StorageStates()
+    gw.tasks.storage_states = states
+    gw.tasks.on_end(states.drop)
     pool = BrowserPool(
         gw.settings,
         processes,
@@ -41,6 +46,7 @@ def install(gw: Gateway) -> list[BaseRoute]:
         metrics=gw.metrics.registry,
         shed=gw.metrics.calls_shed.labels(resource="browser"),
         app_link=lambda: gw.services.find(AppLink),  # type: ignore[type-abstract]
+        storage_state=states.get,
     )
     gw.services.provide(BrowserPool, pool)
     tools.register(gw.registry, gw.settings)

@@ -52,6 +52,7 @@ from gateway.errors import ToolFailure
 from gateway.identity import TaskIdentity
 from gateway.registry import ToolContext
 from gateway.results import ErrorCode, ToolStatus
+from gateway.storage_state import StorageState
 from gateway.store.database import ArtifactRef
 from gateway.task_log import Level
 
@@ -182,6 +183,8 @@ class BrowserSession:
         self.background_refused = 0  # Chromium's own calls home, refused
         # Values the caller typed as secrets: no snapshot of this context shows them.
         self.typed_secrets: set[str] = set()
+        # A signed-in task's cookie and local-storage values: shown and kept nowhere.
+        self.state_secrets: frozenset[str] = frozenset()
         self.lock = asyncio.Lock()
         self._seq = 0
         self._pending: list[Violation] = []
@@ -204,8 +207,10 @@ class BrowserSession:
         trace: bool,
         keep_screenshots: bool = False,
         admission: ActionSlots | None = None,
+        storage_state: StorageState | None = None,
     ) -> BrowserSession:
-        """A fresh context and page that can reach nothing until `assign` names a task."""
+        """A fresh context and page that can reach nothing until `assign` names a task;
+        with a signed-in task's `storage_state` (its cookies and local storage) in it."""
         holder: list[BrowserSession] = []
 
         def blocked(request: BlockedRequest) -> None:
@@ -220,6 +225,7 @@ class BrowserSession:
                 proxy={"server": proxy.url},
                 accept_downloads=True,
                 service_workers="block",
+                storage_state=storage_state.for_playwright() if storage_state else None,  # type: ignore[arg-type]
             )
             page = await context.new_page()
         except BaseException:
@@ -239,6 +245,8 @@ class BrowserSession:
             keep_screenshots=keep_screenshots,
             admission=admission,
         )
+        if storage_state is not None:
+            session.state_secrets = storage_state.secrets()
         holder.append(session)
         session._watch()
         return session
@@ -356,7 +364,7 @@ class BrowserSession:
             self._restore_soon()
 
     def _console(self, message: ConsoleMessage) -> None:
-        self.signals.console(message, self.typed_secrets)
+        self.signals.console(message, self.typed_secrets | self.state_secrets)
         if self.identity is not None and message.type in ("error", "warning"):
             level: Level = "error" if message.type == "error" else "warning"
             self.sink.log(
@@ -367,7 +375,7 @@ class BrowserSession:
             )
 
     def _page_error(self, error: PlaywrightError) -> None:
-        self.signals.page_error(str(error), self.url, self.typed_secrets)
+        self.signals.page_error(str(error), self.url, self.typed_secrets | self.state_secrets)
         if self.identity is not None:
             self.sink.log(
                 self.identity.task_id,
@@ -878,6 +886,12 @@ class BrowserSession:
             held = await _secret_values(page)
             self.held_secrets |= held
             raw = mask_secrets(raw, self.typed_secrets | held)
+        for value in self.state_secrets:
+            # Wherever the page shows one (a token printed in its text, a field's value);
+            # then the trace's screenshots would show it too, so it keeps none.
+            if value in raw:
+                raw = raw.replace(value, "[secret]")
+                self.visible_secrets = True
         self._seq += 1
         # A navigation during the capture leaves the snapshot's refs stale from the start.
         snap = build_snapshot(
@@ -961,7 +975,7 @@ class BrowserSession:
             data = await asyncio.to_thread(
                 trace_scrub.scrub,
                 data,
-                self.typed_secrets | self.held_secrets,
+                self.typed_secrets | self.held_secrets | self.state_secrets,
                 drop_images=self.visible_secrets,
             )
             return await self.sink.put_artifact(identity, data, "trace.zip", "application/zip")

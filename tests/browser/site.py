@@ -22,6 +22,13 @@ def _page(title: str, body: str, head: str = "") -> HTMLResponse:
     )
 
 
+# A signed-in task's credentials, as the control plane hands them over: the account page
+# answers only a request with this session cookie, and says whether the page's local
+# storage holds the token (it prints both values, as a careless app might).
+SESSION_COOKIE = "session-7f3a9c2e41b8d605"
+LOCAL_TOKEN = "local-token-5d8e1a90c7"
+
+
 def allowed_app(foreign: str) -> Starlette:
     """The sandbox's app; `foreign` is the origin it keeps trying to reach."""
 
@@ -198,8 +205,22 @@ def allowed_app(foreign: str) -> Starlette:
             "<h1>Frames</h1><iframe title='Inner' src='/second?in=frame'></iframe>",
         )
 
+    async def account(request: Request) -> Response:
+        session = request.cookies.get("session")
+        if session != SESSION_COOKIE:
+            return _page("Sign in", "<h1>Sign in required</h1>")
+        return _page(
+            "Account",
+            f"<h1>Account of Ada</h1><p>Session {session}</p><p id='t'></p><script>"
+            "const token = localStorage.getItem('token');"
+            f"document.getElementById('t').textContent = token === '{LOCAL_TOKEN}'"
+            " ? 'token present ' + token : 'no token';"
+            "console.log('restored ' + token + ' with ' + document.cookie);</script>",
+        )
+
     return Starlette(
         routes=[
+            Route("/account", account),
             Route("/controls", controls),
             Route("/dialogs", dialogs),
             Route("/stuck", stuck),
