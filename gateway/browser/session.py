@@ -61,11 +61,20 @@ from .admission import ActionSlots, Admission
 from .app_link import AppLink
 from .dialogs import PendingDialog
 from .errors import browser_unavailable, first_line, map_playwright_error
+from .frames import FrameTargets
 from .guard_proxy import BlockedRequest, OriginProxy
 from .policy import BLANK, is_browser_service, page_url_allowed
 from .processes import BrowserProcess
 from .signals import Signals
-from .snapshot import PRIVATE_FIELD_VALUES, Refs, Snapshot, build_snapshot, mask_secrets
+from .snapshot import (
+    PRIVATE_FIELD_VALUES,
+    Refs,
+    Snapshot,
+    build_snapshot,
+    empty_frames,
+    mark_refused_frames,
+    mask_secrets,
+)
 
 log = logging.getLogger(__name__)
 
@@ -167,6 +176,8 @@ class BrowserSession:
         # part of the page, a ref of the whole page's would not resolve until the next.
         self._partial_map = False
         self._first_targets: dict[Page, str] = {}
+        # Where each frame was headed: a refused one shows as such in snapshots.
+        self.frame_targets = FrameTargets()
         self._popup_seen = asyncio.Event()
         self.created_at = time.time()
         self.last_used = time.monotonic()
@@ -882,6 +893,11 @@ class BrowserSession:
         document = self.document
         target = scope if scope is not None else page
         raw = await target.aria_snapshot(mode="ai", depth=depth, timeout=timeout_ms)
+        if empty_frames(raw):
+            refused = await self.frame_targets.refused(
+                page, raw, lambda url: page_url_allowed(url, self.origins)
+            )
+            raw = mark_refused_frames(raw, refused)
         if _TEXTBOX_WITH_VALUE in raw:
             held = await _secret_values(page)
             self.held_secrets |= held
@@ -910,6 +926,7 @@ class BrowserSession:
     # -- what an action set off -----------------------------------------------------------
 
     def _request(self, request: Request) -> None:
+        self.frame_targets.request(request)
         if request.is_navigation_request() and request.frame == self.page.main_frame:
             self.navigations += 1
             self._navigating.add(request)

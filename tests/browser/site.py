@@ -205,6 +205,16 @@ def allowed_app(foreign: str) -> Starlette:
             "<h1>Frames</h1><iframe title='Inner' src='/second?in=frame'></iframe>",
         )
 
+    async def embed(_r: Request) -> Response:
+        # A foreign widget with a token in its URL, a same-origin frame, and a same-origin
+        # frame whose server sends it on to the foreign origin.
+        return _page(
+            "Embed",
+            f"<h1>Embed</h1><iframe title='Payments' src='{foreign}/widget?token=abc123'></iframe>"
+            "<iframe title='Inner' src='/second?in=frame'></iframe>"
+            "<iframe title='Hop' src='/redirect'></iframe>",
+        )
+
     async def account(request: Request) -> Response:
         session = request.cookies.get("session")
         if session != SESSION_COOKIE:
@@ -221,6 +231,7 @@ def allowed_app(foreign: str) -> Starlette:
     return Starlette(
         routes=[
             Route("/account", account),
+            Route("/embed", embed),
             Route("/controls", controls),
             Route("/dialogs", dialogs),
             Route("/stuck", stuck),
