@@ -41,6 +41,8 @@ def install(gw: Gateway) -> list[BaseRoute]:
             repeated=gw.events.repeated,
             log=gw.task_log.publish,
             put_artifact=put_artifact,
+            get_artifact=gw.store.get_artifact,
+            read_artifact=gw.store.read_artifact,
         ),
         owns_processes=owns,
         metrics=gw.metrics.registry,

@@ -103,6 +103,9 @@ class EvidenceSink:
     # What the page says as it happens (console errors, uncaught errors), for listeners.
     log: Callable[[str, Level, str, dict[str, Any]], None]
     put_artifact: Callable[[TaskIdentity, bytes, str, str], Awaitable[ArtifactRef]]
+    # An artifact by id, whoever's (uploads.py checks it is the task's own), and its bytes.
+    get_artifact: Callable[[str], Awaitable[ArtifactRef]] | None = None
+    read_artifact: Callable[[ArtifactRef], Awaitable[bytes]] | None = None
 
 
 @dataclass(frozen=True)
