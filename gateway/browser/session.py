@@ -81,6 +81,10 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 CLOSE_TIMEOUT_S = 10.0
 POPUP_WAIT_MS = 1000
+# How long an action that opened a window waits for it to become a page of the task (or
+# be refused), so its own answer says so. Playwright hands a popup over only once it has
+# set it up and its first navigation is over: on a loaded machine, seconds after the click.
+POPUP_REGISTER_S = 10.0
 SETTLE_TIMEOUT_S = 3.0
 SNAPSHOT_TIMEOUT_MS = 30_000
 SCREENSHOT_TIMEOUT_MS = 10_000
@@ -182,6 +186,10 @@ class BrowserSession:
         # Where each frame was headed: a refused one shows as such in snapshots.
         self.frame_targets = FrameTargets()
         self._popup_seen = asyncio.Event()
+        # Windows the pages opened (Chromium says so at once), and those handed over since.
+        self._windows_opened = 0
+        self._windows_arrived = 0
+        self._window_arrived = asyncio.Event()
         self.created_at = time.time()
         self.last_used = time.monotonic()
         self.lost: str | None = None  # why the browser under this session is gone
@@ -296,6 +304,21 @@ class BrowserSession:
         page.on("response", self.signals.response)
         page.on("dialog", lambda dialog: self._on_dialog(page, dialog))
         page.on("close", self._page_closed)
+        self._spawn(self._watch_windows(page))
+
+    async def _watch_windows(self, page: Page) -> None:
+        """Count the windows the page opens. Chromium's `Page.windowOpen` comes as the
+        page calls `window.open` (or follows a `target=_blank` link), before the action
+        that did it returns; Playwright's popup comes once set up and loaded, which under
+        load is long after. Without the count, an action cannot tell that a popup is on its
+        way. A browser without the event (not Chromium) leaves the popups uncounted."""
+        with contextlib.suppress(PlaywrightError):
+            cdp = await self.context.new_cdp_session(page)
+            cdp.on("Page.windowOpen", self._window_opening)
+            await cdp.send("Page.enable")
+
+    def _window_opening(self, _event: Any) -> None:
+        self._windows_opened += 1
 
     def _crashed(self, page: Page) -> None:
         if page is self.page:
@@ -510,6 +533,8 @@ class BrowserSession:
         self._popup_seen.set()
         if popup in self.pages.values() or self._opening_own:
             return
+        self._windows_arrived += 1
+        self._window_arrived.set()
         if len(self.pages) >= MAX_PAGES:
             self._spawn(self._refuse_popup(popup, f"the task holds {MAX_PAGES} pages already"))
             return
@@ -829,6 +854,7 @@ class BrowserSession:
 
     async def _settle(self) -> None:
         """Let the action's direct consequences (popups, a restore) finish before judging."""
+        await self._windows_handed_over()
         # A popup's first request has been seen, the popup itself not yet: it is coming.
         if self._first_targets:
             with contextlib.suppress(TimeoutError):
@@ -842,6 +868,19 @@ class BrowserSession:
             self._restore_soon()
             assert self._restoring is not None
             await asyncio.wait([self._restoring], timeout=SETTLE_TIMEOUT_S)
+
+    async def _windows_handed_over(self) -> None:
+        """Wait, bounded, until every window the pages opened has come as a popup."""
+        if self._windows_arrived >= self._windows_opened:
+            return
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(POPUP_REGISTER_S):
+                while self._windows_arrived < self._windows_opened:
+                    self._window_arrived.clear()
+                    await self._window_arrived.wait()
+        # One that never came (a named window reused, one closed at once) is not waited
+        # for again by every later call.
+        self._windows_arrived = max(self._windows_arrived, self._windows_opened)
 
     def _denial(self, pending: list[Violation]) -> ToolFailure | None:
         """The origin_blocked failure for what the guard stopped since the last call, if any."""

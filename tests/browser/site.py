@@ -7,6 +7,7 @@ log stays empty.
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass, field
 
 from starlette.applications import Starlette
@@ -199,6 +200,26 @@ def allowed_app(foreign: str) -> Starlette:
             f"<button onclick=\"window.open('{foreign}/popup')\">Foreign</button>",
         )
 
+    async def late_popups(_r: Request) -> Response:
+        # A popup whose page is slow to answer, and one whose opener keeps the renderer
+        # they share busy right after opening it: both come long after the click.
+        return _page(
+            "Late popups",
+            "<h1>Late popups</h1><button onclick=\"window.open('/slow?s=2.5')\">Slow</button>"
+            "<button onclick=\"window.open('/busy?from=popup')\">Busy</button>",
+        )
+
+    async def busy(_r: Request) -> Response:
+        return _page(
+            "Busy",
+            "<h1>Busy page</h1>",
+            head="<script>const end = Date.now() + 2500; while (Date.now() < end) {}</script>",
+        )
+
+    async def slow(request: Request) -> Response:
+        await asyncio.sleep(min(float(request.query_params.get("s", "1")), 10.0))
+        return _page("Slow", "<h1>Slow page</h1>")
+
     async def frames(_r: Request) -> Response:
         return _page(
             "Frames",
@@ -238,6 +259,9 @@ def allowed_app(foreign: str) -> Starlette:
             Route("/leave", leave),
             Route("/opener", opener),
             Route("/frames", frames),
+            Route("/late-popups", late_popups),
+            Route("/slow", slow),
+            Route("/busy", busy),
             Route("/", home),
             Route("/network", network),
             Route("/login", login),

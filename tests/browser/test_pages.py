@@ -231,3 +231,19 @@ async def test_a_frame_on_a_refused_origin_shows_as_refused_by_its_origin_alone(
     inner = snapshot_ref(snap, 'button "Other"')
     assert (await browsers.call(task, "browser.click", ref=inner)).ok
     assert browsers.sites.log.requests == []
+
+
+@pytest.mark.parametrize(("label", "path"), [("Slow", "/slow?s=2.5"), ("Busy", "/busy?from=popup")])
+async def test_the_click_that_opens_a_late_popup_answers_with_it(
+    browsers: BrowserGateway, label: str, path: str
+) -> None:
+    task = await browsers.task()
+    assert (await browsers.call(task, "browser.navigate", url="/late-popups")).ok
+    result = await _click(browsers, task, label)
+    assert result.ok, result  # type: ignore[attr-defined]
+    # In the click's own answer, not only in a later call's.
+    opened = result.output.get("pages_opened")  # type: ignore[attr-defined]
+    assert opened and opened[0]["page"] == "p2", result.output  # type: ignore[attr-defined]
+    assert str(opened[0]["url"]).endswith(path)
+    listed = (await browsers.call(task, "browser.pages")).output["pages"]
+    assert [p["page"] for p in listed] == ["p1", "p2"]
