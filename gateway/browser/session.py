@@ -408,7 +408,7 @@ class BrowserSession:
                 self.identity.task_id,
                 level,
                 "browser.console",
-                {"text": message.text[:LOG_TEXT_CHARS], "page": self.url[:512]},
+                {"text": self._unsecret(message.text)[:LOG_TEXT_CHARS], "page": self.url[:512]},
             )
 
     def _page_error(self, error: PlaywrightError) -> None:
@@ -418,8 +418,16 @@ class BrowserSession:
                 self.identity.task_id,
                 "error",
                 "browser.page",
-                {"error": str(error)[:LOG_TEXT_CHARS], "page": self.url[:512]},
+                {"error": self._unsecret(str(error))[:LOG_TEXT_CHARS], "page": self.url[:512]},
             )
+
+    def _unsecret(self, text: str) -> str:
+        """`text` without the values typed as secrets or given in the task's storage
+        state: the task's log goes to its agent's client as it happens."""
+        for value in self.typed_secrets | self.state_secrets:
+            if value:
+                text = text.replace(value, "[secret]")
+        return text
 
     def _new_document(self, page: Page) -> None:
         if page is self.page:

@@ -246,7 +246,8 @@ def allowed_app(foreign: str) -> Starlette:
             "const token = localStorage.getItem('token');"
             f"document.getElementById('t').textContent = token === '{LOCAL_TOKEN}'"
             " ? 'token present ' + token : 'no token';"
-            "console.log('restored ' + token + ' with ' + document.cookie);</script>",
+            "console.log('restored ' + token + ' with ' + document.cookie);"
+            "console.error('session ' + document.cookie);</script>",
         )
 
     return Starlette(

@@ -64,6 +64,12 @@ async def test_a_signed_in_task_reaches_the_page_behind_its_cookie_and_shows_no_
         # The warm stock has a context ready; a signed-in task's is made with its state.
         assert await b.pool.stocked() == 1
         task = await b.task(storage_state=_state(sites.allowed))
+        heard: list[dict[str, Any]] = []
+
+        async def listener(_level: str, _logger: str, data: dict[str, Any]) -> None:
+            heard.append(data)
+
+        b.gw.task_log.subscribe(task.task_id, "test", listener)
         nav = await b.call(task, "browser.navigate", url="/account")
         assert nav.ok, nav.error
         snapshot = nav.output["snapshot"]
@@ -73,6 +79,8 @@ async def test_a_signed_in_task_reaches_the_page_behind_its_cookie_and_shows_no_
         assert "restored [secret] with session=[secret]" in json.dumps(console.output)
         assert (await b.call(task, "browser.screenshot")).ok
 
+        assert any("session=[secret]" in json.dumps(d) for d in heard), heard
+        assert _holds_a_secret(json.dumps(heard)) == []  # the task's log, as it is sent
         results = json.dumps([r.model_dump(mode="json") for r in (nav, console)])
         assert _holds_a_secret(results) == []
         described = json.dumps(b.gw.tasks.describe(await b.gw.tasks.get(task.task_id)))
