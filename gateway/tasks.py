@@ -64,6 +64,8 @@ class TaskCreate(BaseModel):
     budget: Budget = Budget()
     approvals: ApprovalPolicy = ApprovalPolicy()
     ttl_s: int | None = Field(default=None, ge=1)
+    # A video of the task browser's pages, kept as an artifact when its context closes.
+    record_video: bool = False
 
     @model_validator(mode="before")
     @classmethod
@@ -221,6 +223,7 @@ class TaskService:
                 else None,
                 budget=request.budget,
                 approvals=request.approvals,
+                record_video=request.record_video,
                 created_at=now,
                 expires_at=expires_at,
             )
@@ -354,6 +357,7 @@ class TaskService:
             else None,
             "budget": identity.budget.model_dump(exclude_none=True),
             "approvals": identity.approvals.model_dump(mode="json"),
+            "record_video": identity.record_video,
             "created_at": identity.created_at.isoformat(),
             "expires_at": identity.expires_at.isoformat(),
             "ended_at": (

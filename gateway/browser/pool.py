@@ -236,9 +236,10 @@ class BrowserPool:
         # Admission for starts: the slot is released when the task's first call is over.
         await self._starting.acquire()
         try:
-            session = self._take_warm()
+            # A warm context records no video: a task that asked for one gets its own.
+            session = None if identity.record_video else self._take_warm()
             if session is None:
-                session = await self._open_fresh()
+                session = await self._open_fresh(record_video=identity.record_video)
         except BaseException:
             self._starting.release()
             raise
@@ -271,10 +272,12 @@ class BrowserPool:
             self._close_later(session, "its browser process ended")
         return None
 
-    async def _open_fresh(self) -> BrowserSession:
-        return await self._open_on(await self.processes.pick())
+    async def _open_fresh(self, *, record_video: bool = False) -> BrowserSession:
+        return await self._open_on(await self.processes.pick(), record_video=record_video)
 
-    async def _open_on(self, process: BrowserProcess) -> BrowserSession:
+    async def _open_on(
+        self, process: BrowserProcess, *, record_video: bool = False
+    ) -> BrowserSession:
         process.context_opened()
         try:
             session = await asyncio.wait_for(
@@ -285,6 +288,7 @@ class BrowserPool:
                     trace=self.settings.browser_trace,
                     keep_screenshots=self.settings.browser_screenshots,
                     admission=PageAdmission(self.admissions[process.index]),
+                    record_video=record_video,
                 ),
                 OPEN_TIMEOUT_S,
             )

@@ -65,6 +65,7 @@ from .policy import BLANK, is_browser_service, page_url_allowed
 from .processes import BrowserProcess
 from .signals import Signals
 from .snapshot import PRIVATE_FIELD_VALUES, Refs, Snapshot, build_snapshot, mask_secrets
+from .video import VideoRecording
 
 log = logging.getLogger(__name__)
 
@@ -121,8 +122,11 @@ class BrowserSession:
         trace: bool,
         keep_screenshots: bool = False,
         admission: ActionSlots | None = None,
+        video: VideoRecording | None = None,
     ) -> None:
         self.process = process
+        # The pages' video, for a task that asked for one (`video.py`).
+        self.video = video
         # The action slots of its process, shared with the process's other contexts.
         self.admission: ActionSlots = admission if admission is not None else Admission(1)
         self.context = context
@@ -204,8 +208,10 @@ class BrowserSession:
         trace: bool,
         keep_screenshots: bool = False,
         admission: ActionSlots | None = None,
+        record_video: bool = False,
     ) -> BrowserSession:
-        """A fresh context and page that can reach nothing until `assign` names a task."""
+        """A fresh context and page that can reach nothing until `assign` names a task;
+        `record_video`: its pages are recorded from the start (for a task that asked)."""
         holder: list[BrowserSession] = []
 
         def blocked(request: BlockedRequest) -> None:
@@ -215,11 +221,13 @@ class BrowserSession:
         proxy = OriginProxy(blocked)
         await proxy.start(process.jail, process.pid)
         context: BrowserContext | None = None
+        video = VideoRecording() if record_video else None
         try:
             context = await process.browser.new_context(
                 proxy={"server": proxy.url},
                 accept_downloads=True,
                 service_workers="block",
+                record_video_dir=str(video.folder) if video is not None else None,
             )
             page = await context.new_page()
         except BaseException:
@@ -227,6 +235,8 @@ class BrowserSession:
                 with contextlib.suppress(Exception):
                     await context.close()
             await proxy.close()
+            if video is not None:
+                video.discard()
             raise
         session = cls(
             process,
@@ -238,6 +248,7 @@ class BrowserSession:
             trace=trace,
             keep_screenshots=keep_screenshots,
             admission=admission,
+            video=video,
         )
         holder.append(session)
         session._watch()
@@ -260,6 +271,8 @@ class BrowserSession:
                 self._popup_seen.clear()
 
     def _watch_page(self, page: Page) -> None:
+        if self.video is not None:
+            self.video.watch(page)
         page.on("framenavigated", lambda frame: self._navigated(page, frame))
         # Only a new document fires it, also one at the same URL (a reload, a second
         # navigate to the page), which `framenavigated` cannot tell from a same-document move.
@@ -932,6 +945,12 @@ class BrowserSession:
         with contextlib.suppress(Exception):
             await asyncio.wait_for(self.context.close(), CLOSE_TIMEOUT_S)
         await self.proxy.close()
+        videos: dict[str, Any] = {}
+        if self.video is not None:
+            # Finished by the context's closing; a lost browser's are gone with it.
+            if identity is not None and self.lost is None:
+                videos = await self.video.keep(identity, self.sink.put_artifact)
+            self.video.discard()
         for future in list(self._background):
             future.cancel()
         if self._restoring is not None:
@@ -944,6 +963,7 @@ class BrowserSession:
             }
             if trace is not None:
                 data["trace"] = trace.public()
+            data.update(videos)
             with contextlib.suppress(Exception):
                 await self.sink.record(identity, "browser_closed", data)
 

@@ -64,6 +64,12 @@ def console_links(task_id: str) -> Links:
     )
 
 
+def video_link(task_id: str, artifact_id: str) -> str:
+    """Where the console serves a video of the task browser."""
+    tid, art = quote(task_id, safe=""), quote(artifact_id, safe="")
+    return f"{BASE}/tasks/{tid}/videos/{art}/video.webm"
+
+
 def layout(title: str, body: str, *, viewer: str = "", csrf: str = "", page: str = "") -> str:
     signed = (
         f'<span class="viewer" data-testid="viewer">{e(viewer)}</span>'
@@ -318,6 +324,7 @@ def task_page(
     traces: Sequence[Mapping[str, Any]],
     manifest: Mapping[str, Any] | None,
     last_seq: int,
+    videos: Sequence[Mapping[str, Any]] = (),
     truncated: bool,
     viewer: str,
     csrf: str,
@@ -351,11 +358,20 @@ def task_page(
             f'· <a href="{e(trace_url)}" download>download trace.zip</a> '
             f"({int(trace.get('size', 0)) // 1024} KiB)</li>"
         )
+    for video in videos:
+        video_url = video_link(tid, str(video["artifact_id"]))
+        recording_items.append(
+            f'<li><video controls preload="metadata" src="{e(video_url)}" '
+            f'data-testid="video" data-artifact="{e(video["artifact_id"])}"></video>'
+            f'<br><a href="{e(video_url)}" download>download video.webm</a> '
+            f"({int(video.get('size', 0)) // 1024} KiB)</li>"
+        )
     recording = (
         f"<ul>{''.join(recording_items)}</ul>"
         if recording_items
-        else "<p class='empty'>No trace yet: the task browser's trace is kept when its "
-        "context closes (the task ends or idles), with GATEWAY_BROWSER_TRACE on.</p>"
+        else "<p class='empty'>No recording yet: the task browser's trace (with "
+        "GATEWAY_BROWSER_TRACE on) and its video (for a task created with record_video) "
+        "are kept when its context closes (the task ends or idles).</p>"
     )
     manifest_html = (
         f"<pre data-testid='manifest'>{e(as_json(manifest))}</pre>"

@@ -24,6 +24,7 @@ from starlette.responses import (
 from starlette.routing import BaseRoute, Route
 
 from gateway.approvals.broker import Decision
+from gateway.browser.video import MEDIA_TYPE as VIDEO_MEDIA_TYPE
 from gateway.console import export, pages, timeline, trace_viewer
 from gateway.console.access import COOKIE, SESSION_MAX_AGE_S, ConsoleAccess, HostSignIn, Viewer
 from gateway.errors import (
@@ -47,7 +48,7 @@ SIGN_IN_BODY_MAX = 4096
 MAX_SEQ = 2**63 - 1
 # What the console's own pages may load: their own files, nothing from elsewhere.
 PAGE_POLICY = (
-    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; "
+    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; media-src 'self'; "
     "connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
 )
 STATIC_TYPES = {".js": "text/javascript", ".css": "text/css"}
@@ -245,6 +246,7 @@ def routes(gw: Gateway) -> list[BaseRoute]:
             approvals=await gw.approvals.listing(task_id),
             traces=timeline.traces(records),
             manifest=timeline.manifest(records),
+            videos=timeline.videos(records),
             last_seq=records[-1]["seq"] if records else 0,
             truncated=truncated,
             viewer=viewer.id,
@@ -367,6 +369,27 @@ def routes(gw: Gateway) -> list[BaseRoute]:
             },
         )
 
+    async def video(request: Request, viewer: Viewer) -> Response:
+        task_id, artifact_id = request.path_params["task_id"], request.path_params["artifact_id"]
+        ref = await task_artifact(viewer, task_id, artifact_id)
+        # Only a video the gateway recorded of the task's browser plays on the console's
+        # origin: never another file of the task served as one.
+        record = await visible_task(viewer, task_id)
+        recorded = {v["artifact_id"] for v in timeline.videos(await _all_evidence(gw, record))}
+        if ref.media_type != VIDEO_MEDIA_TYPE or artifact_id not in recorded:
+            raise NotFound("no such video")
+        return StreamingResponse(
+            await gw.store.stream_artifact(ref),
+            media_type=VIDEO_MEDIA_TYPE,
+            headers={
+                "Content-Length": str(ref.size),
+                "X-Content-SHA256": ref.sha256,
+                "X-Content-Type-Options": "nosniff",
+                "Content-Security-Policy": "sandbox; default-src 'none'",
+                "Accept-Ranges": "none",
+            },
+        )
+
     async def viewer_file(request: Request, viewer: Viewer) -> Response:
         return trace_viewer.viewer_file(request.path_params.get("path", ""))
 
@@ -423,6 +446,11 @@ def routes(gw: Gateway) -> list[BaseRoute]:
         Route(
             f"{base}/tasks/{{task_id}}/traces/{{artifact_id}}/trace.zip",
             api(trace),
+            methods=["GET"],
+        ),
+        Route(
+            f"{base}/tasks/{{task_id}}/videos/{{artifact_id}}/video.webm",
+            api(video),
             methods=["GET"],
         ),
         Route(f"{base}/tasks/{{task_id}}/export.zip", api(export_task), methods=["GET"]),

@@ -175,6 +175,9 @@ def _event(record: Mapping[str, Any], seq: int) -> Entry:
         entry.category = "sandbox"
     elif kind == "browser_closed":
         entry.category = "recording"
+        refused = data.get("video_refused")
+        if isinstance(refused, list) and refused:
+            entry.title = f"{kind}: {'; '.join(str(r) for r in refused)}"
     elif aggregate is not None:
         entry.title = f"{kind}: {aggregate['count']} more, aggregated"
     return entry
@@ -210,6 +213,18 @@ def traces(records: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
             trace = data.get("trace")
             if isinstance(trace, Mapping) and isinstance(trace.get("artifact_id"), str):
                 found.append(trace)
+    return found
+
+
+def videos(records: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """The videos kept of the task's browser pages (`record_video`), oldest first."""
+    found = []
+    for record in records:
+        data = record.get("data")
+        if record.get("kind") == "browser_closed" and isinstance(data, Mapping):
+            for video in data.get("videos") or []:
+                if isinstance(video, Mapping) and isinstance(video.get("artifact_id"), str):
+                    found.append(video)
     return found
 
 

@@ -357,3 +357,49 @@ async def test_the_tasks_own_user_does_not_answer_as_the_control_plane(live: Liv
         Decision("deny", "call", "ops", "admin", "control"),
     )
     assert (await call).status == "denied"
+
+
+async def test_a_video_plays_only_at_the_console_and_only_one_the_browser_recorded(
+    live: Live,
+) -> None:
+    # The task is live (its browser idled out and closed, say): its tokens still verify.
+    task = await live.create_task()
+    ident = await live.gateway.tasks.authenticate(task["tokens"]["agent"], Purpose.AGENT)
+    webm = b"\x1aE\xdf\xa3" + b"\x00" * 60
+    video = await live.gateway.store.put_artifact(
+        ident, webm, name="video.webm", media_type="video/webm"
+    )
+    shot = await live.gateway.store.put_artifact(
+        ident, PIXEL, name="screenshot.png", media_type="image/png"
+    )
+    base = f"/console/tasks/{task['task_id']}/videos"
+    url = f"{base}/{video.id}/video.webm"
+    # Not yet named by the browser's closing record: not a video of the task's browser.
+    assert (await live.http.get(url, headers=live.control)).status_code == 404
+    await live.gateway.events.record(
+        ident, "browser_closed", {"videos": [video.public(), shot.public()]}
+    )
+    played = await live.http.get(url, headers=live.control)
+    assert played.status_code == 200
+    assert played.headers["content-type"] == "video/webm"
+    assert played.content == webm
+    # Another artifact of the task named there is still not served as a video.
+    other = await live.http.get(f"{base}/{shot.id}/video.webm", headers=live.control)
+    assert other.status_code == 404
+    # The task's own tokens fetch it neither here nor as an artifact of the task (which
+    # they may read otherwise: its screenshot).
+    for purpose, token in task["tokens"].items():
+        bearer = {"authorization": f"Bearer {token}"}
+        assert (await live.http.get(url, headers=bearer)).status_code == 401, purpose
+    agent = {"authorization": f"Bearer {task['tokens']['agent']}"}
+    assert (await live.http.get(f"/v1/artifacts/{video.id}", headers=agent)).status_code == 404
+    assert (await live.http.get(f"/v1/artifacts/{shot.id}", headers=agent)).status_code == 200
+    assert (
+        await live.http.get(f"/v1/artifacts/{video.id}", headers=live.control)
+    ).status_code == 200
+    # The export holds it.
+    exported = await live.http.get(
+        f"/console/tasks/{task['task_id']}/export.zip", headers=live.control
+    )
+    archive = zipfile.ZipFile(io.BytesIO(exported.content))
+    assert archive.read(f"videos/{video.id}.webm") == webm
