@@ -325,14 +325,17 @@ def task_page(
     manifest: Mapping[str, Any] | None,
     last_seq: int,
     videos: Sequence[Mapping[str, Any]] = (),
-    truncated: bool,
     viewer: str,
     csrf: str,
+    origin: float | None = None,
+    older_before: int | None = None,
+    newer_after: int | None = None,
 ) -> str:
     tid = str(task["task_id"])
     tq = quote(tid, safe="")
     links = console_links(tid)
-    start = entries[0].at if entries else None
+    # Offsets are from the task's first record, whichever page this is.
+    start = origin if origin is not None else (entries[0].at if entries else None)
     pending = [a for a in approvals if a.get("status") == "pending"]
     facts = (
         "<dl class='facts'>"
@@ -378,13 +381,10 @@ def task_page(
         if manifest
         else "<p class='empty'>The task's app was not provisioned by the gateway.</p>"
     )
-    more = (
-        "<p class='empty'>Only the first records are shown here; the export holds them all.</p>"
-        if truncated
-        else ""
-    )
+    pager = _pager(tid, older_before, newer_after)
     body = (
-        f'<article class="task" data-task-id="{e(tid)}" data-last-seq="{last_seq}">'
+        f'<article class="task" data-task-id="{e(tid)}" data-last-seq="{last_seq}" '
+        f'data-follow="{"false" if newer_after is not None else "true"}">'
         f"<h1>Task <code>{e(tid)}</code></h1>{facts}"
         f'<section class="metrics" data-testid="metrics">{metrics_html(metrics, len(pending))}'
         "</section>"
@@ -396,10 +396,29 @@ def task_page(
         'data-testid="export">Download the task as one archive</a> (timeline as JSON and '
         "HTML, screenshots, traces, manifest).</p></section>"
         f"<section><h2>Sandbox manifest</h2>{manifest_html}</section></div>"
-        f'<h2>Timeline</h2>{more}<ol class="timeline" data-testid="timeline">'
-        f"{entries_html(entries, links, start)}</ol></article>"
+        f'<h2>Timeline</h2>{pager}<ol class="timeline" data-testid="timeline">'
+        f"{entries_html(entries, links, start)}</ol>{pager}</article>"
     )
     return layout(f"Task {tid}", body, viewer=viewer, csrf=csrf, page="task")
+
+
+def _pager(task_id: str, older_before: int | None, newer_after: int | None) -> str:
+    """Links to the pages of the timeline around this one, by their cursors."""
+    if older_before is None and newer_after is None:
+        return ""
+    here = f"{BASE}/tasks/{quote(task_id, safe='')}"
+    links = []
+    if older_before is not None:
+        links.append(
+            f'<a href="{e(here)}?before={older_before}" rel="prev" data-testid="older">'
+            "older records</a>"
+        )
+    if newer_after is not None:
+        links.append(
+            f'<a href="{e(here)}?after={newer_after}" rel="next" data-testid="newer">'
+            "newer records</a>"
+        )
+    return f'<nav class="pager">{" · ".join(links)}</nav>'
 
 
 def archive_timeline(

@@ -403,3 +403,79 @@ async def test_a_video_plays_only_at_the_console_and_only_one_the_browser_record
     )
     archive = zipfile.ZipFile(io.BytesIO(exported.content))
     assert archive.read(f"videos/{video.id}.webm") == webm
+
+
+def page_seqs(page: str) -> list[int]:
+    return [int(s) for s in re.findall(r'<li class="entry[^"]*" data-seq="(\d+)"', page)]
+
+
+def cursor(page: str, name: str) -> str | None:
+    found = re.search(rf'href="([^"]+)" rel="\w+" data-testid="{name}"', page)
+    return found.group(1).replace("&amp;", "&") if found else None
+
+
+async def test_a_task_of_twenty_thousand_records_is_read_to_its_end_page_by_page(
+    live: Live,
+) -> None:
+    task = await live.create_task()
+    ident = await live.gateway.tasks.authenticate(task["tokens"]["agent"], Purpose.AGENT)
+    events = live.gateway.events
+    await events.record(ident, "browser_closed", {"trace": {"artifact_id": "art_first"}})
+    for start in range(0, 20_000, 1000):
+        rows = [events.row(ident, "note", {"n": n})[1] for n in range(start, start + 1000)]
+        await live.gateway.store.commit(rows)
+    await events.record(ident, "sandbox.down", {"why": "the last record"})
+    stored = [
+        r["seq"]
+        for r in await live.gateway.store.evidence_for(ident.org_id, ident.task_id, limit=30_000)
+    ]
+    assert len(stored) == 20_002
+    url: str | None = f"/console/tasks/{task['task_id']}"
+    read: list[int] = []
+    pages = []
+    while url is not None:
+        answer = await live.http.get(url, headers=live.control)
+        assert answer.status_code == 200, answer.text[:300]
+        pages.append(answer.text)
+        read.extend(page_seqs(answer.text))
+        url = cursor(answer.text, "newer")
+    # Every record once, in order, the last one on the last page; every page but the
+    # last is full, and only the last follows the task live.
+    assert read == stored
+    assert len(pages) == 5
+    assert [len(page_seqs(p)) for p in pages[:-1]] == [5000] * 4
+    assert "sandbox.down" in pages[-1]
+    assert all('data-follow="false"' in p for p in pages[:-1])
+    assert 'data-follow="true"' in pages[-1]
+    # The first page has no older one; the trace named on it is linked on every page.
+    assert cursor(pages[0], "older") is None
+    assert all("art_first" in p for p in pages)
+    # Back from the end, page by page, by the older cursor.
+    back: list[int] = []
+    url = cursor(pages[-1], "older")
+    while url is not None:
+        answer = await live.http.get(url, headers=live.control)
+        back = page_seqs(answer.text) + back
+        url = cursor(answer.text, "older")
+    assert back + page_seqs(pages[-1]) == stored
+    # A cursor of both kinds at once is refused.
+    both = await live.http.get(
+        f"/console/tasks/{task['task_id']}?after=1&before=9", headers=live.control
+    )
+    assert both.status_code == 422
+
+
+async def test_a_cursor_past_every_record_finds_none_on_either_database(live: Live) -> None:
+    task = await live.create_task()
+    tid = task["task_id"]
+    ident = await live.gateway.tasks.authenticate(task["tokens"]["agent"], Purpose.AGENT)
+    await live.gateway.events.record(ident, "note", {"n": 1})
+    far = 2**40
+    polled = await live.http.get(f"/console/api/tasks/{tid}/live?after={far}", headers=live.control)
+    assert polled.status_code == 200
+    assert polled.json()["entries_html"] == ""
+    beyond = await live.http.get(f"/console/tasks/{tid}?after={far}", headers=live.control)
+    assert beyond.status_code == 200 and page_seqs(beyond.text) == []
+    assert cursor(beyond.text, "older") is not None
+    newest = await live.http.get(f"/console/tasks/{tid}?before={far}", headers=live.control)
+    assert len(page_seqs(newest.text)) == 1
