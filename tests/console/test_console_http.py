@@ -424,7 +424,7 @@ async def test_a_task_of_twenty_thousand_records_is_read_to_its_end_page_by_page
     for start in range(0, 20_000, 1000):
         rows = [events.row(ident, "note", {"n": n})[1] for n in range(start, start + 1000)]
         await live.gateway.store.commit(rows)
-    await events.record(ident, "sandbox.down", {"why": "the last record"})
+    await live.gateway.store.commit([events.row(ident, "sandbox.down", {"why": "last"})[1]])
     stored = [
         r["seq"]
         for r in await live.gateway.store.evidence_for(ident.org_id, ident.task_id, limit=30_000)
