@@ -13,11 +13,14 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import shutil
 from collections.abc import Iterator
 from functools import cache
 from pathlib import Path
+
+log = logging.getLogger(__name__)
 
 BROWSERS_PATH_ENV = "PLAYWRIGHT_BROWSERS_PATH"
 FOLDER = "playwright-browsers"
@@ -70,7 +73,12 @@ def driver_environment(data_dir: Path) -> Iterator[None]:
     if os.environ.get(BROWSERS_PATH_ENV):
         yield
         return
-    root = browsers_path(data_dir)
+    try:
+        root = browsers_path(data_dir)
+    except OSError as exc:
+        # The browser still starts; a task that asks for a video gets no browser, saying why.
+        log.warning("no ffmpeg link for task browser videos under %s: %r", data_dir, exc)
+        root = None
     if root is None:
         yield
         return

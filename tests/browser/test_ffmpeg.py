@@ -39,3 +39,13 @@ def test_the_driver_alone_gets_the_folder_and_a_hosts_own_path_is_kept(
     with ffmpeg.driver_environment(tmp_path):
         assert os.environ[ffmpeg.BROWSERS_PATH_ENV] == "/opt/browsers"
     assert os.environ[ffmpeg.BROWSERS_PATH_ENV] == "/opt/browsers"
+
+
+def test_a_data_folder_that_cannot_hold_the_link_leaves_the_driver_as_it_was(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv(ffmpeg.BROWSERS_PATH_ENV, raising=False)
+    blocked = tmp_path / "a-file"
+    blocked.write_text("not a folder")
+    with ffmpeg.driver_environment(blocked):
+        assert ffmpeg.BROWSERS_PATH_ENV not in os.environ
