@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import io
 import json
+import os
 import shutil
 import subprocess
 import zipfile
@@ -32,6 +33,8 @@ pytestmark = [pytest.mark.browser, pytest.mark.asyncio(loop_scope="session")]
 # Each task below takes a screenshot or two (each an artifact): a task that takes three
 # leaves no room for its video.
 QUOTA = 3
+# With `CONSOLE_SCREENSHOTS=<dir>`, the player is pictured there (docs/img/console-video.png).
+SHOTS = os.environ.get("CONSOLE_SCREENSHOTS")
 
 
 @pytest_asyncio.fixture(loop_scope="session")
@@ -174,6 +177,17 @@ async def test_a_task_that_asks_for_a_video_is_recorded_and_played_in_the_consol
         assert state["width"] > 0 and state["error"] is None, state
         await player.evaluate("v => { v.muted = true; return v.play(); }")
         await page.wait_for_function("v => v.currentTime > 0", arg=await player.element_handle())
+        if SHOTS:
+            # A frame of the task's page, not the blank one before its first navigation.
+            await player.evaluate(
+                """v => new Promise(done => {
+                    v.pause();
+                    v.addEventListener("seeked", done, {once: true});
+                    v.currentTime = v.duration - 0.5;
+                })"""
+            )
+            section = page.locator("section", has=player)
+            await section.screenshot(path=str(Path(SHOTS) / "console-video.png"))
     finally:
         await context.close()
 

@@ -370,7 +370,7 @@ def task_page(
             f"({int(video.get('size', 0)) // 1024} KiB)</li>"
         )
     recording = (
-        f"<ul>{''.join(recording_items)}</ul>"
+        f"<ul class='recording'>{''.join(recording_items)}</ul>"
         if recording_items
         else "<p class='empty'>No recording yet: the task browser's trace (with "
         "GATEWAY_BROWSER_TRACE on) and its video (for a task created with record_video) "

@@ -26,7 +26,7 @@ from starlette.routing import BaseRoute, Route
 
 from gateway.approvals.broker import Decision
 from gateway.browser.video import MEDIA_TYPE as VIDEO_MEDIA_TYPE
-from gateway.console import export, pages, timeline, trace_viewer
+from gateway.console import byte_range, export, pages, timeline, trace_viewer
 from gateway.console.access import COOKIE, SESSION_MAX_AGE_S, ConsoleAccess, HostSignIn, Viewer
 from gateway.errors import (
     AuthError,
@@ -446,16 +446,29 @@ def routes(gw: Gateway) -> list[BaseRoute]:
         recorded = {v["artifact_id"] for v in timeline.videos(await recording_records(record))}
         if ref.media_type != VIDEO_MEDIA_TYPE or artifact_id not in recorded:
             raise NotFound("no such video")
+        headers = {
+            "X-Content-SHA256": ref.sha256,
+            "X-Content-Type-Options": "nosniff",
+            "Content-Security-Policy": "sandbox; default-src 'none'",
+            "Accept-Ranges": "bytes",
+        }
+        try:
+            wanted = byte_range.parse(request.headers.get("range"), ref.size)
+        except byte_range.Unsatisfiable:
+            headers["Content-Range"] = f"bytes */{ref.size}"
+            return Response(status_code=416, headers=headers)
+        chunks = await gw.store.stream_artifact(ref)
+        if wanted is None:
+            headers["Content-Length"] = str(ref.size)
+            return StreamingResponse(chunks, media_type=VIDEO_MEDIA_TYPE, headers=headers)
+        start, end = wanted
+        headers["Content-Length"] = str(end - start + 1)
+        headers["Content-Range"] = f"bytes {start}-{end}/{ref.size}"
         return StreamingResponse(
-            await gw.store.stream_artifact(ref),
+            byte_range.sliced(chunks, start, end),
+            status_code=206,
             media_type=VIDEO_MEDIA_TYPE,
-            headers={
-                "Content-Length": str(ref.size),
-                "X-Content-SHA256": ref.sha256,
-                "X-Content-Type-Options": "nosniff",
-                "Content-Security-Policy": "sandbox; default-src 'none'",
-                "Accept-Ranges": "none",
-            },
+            headers=headers,
         )
 
     async def viewer_file(request: Request, viewer: Viewer) -> Response:

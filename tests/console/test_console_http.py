@@ -383,6 +383,13 @@ async def test_a_video_plays_only_at_the_console_and_only_one_the_browser_record
     assert played.status_code == 200
     assert played.headers["content-type"] == "video/webm"
     assert played.content == webm
+    # The player seeks by asking for a part of it.
+    part = await live.http.get(url, headers={**live.control, "range": "bytes=4-9"})
+    assert part.status_code == 206
+    assert part.headers["content-range"] == f"bytes 4-9/{len(webm)}"
+    assert part.content == webm[4:10]
+    past = await live.http.get(url, headers={**live.control, "range": "bytes=999-"})
+    assert past.status_code == 416
     # Another artifact of the task named there is still not served as a video.
     other = await live.http.get(f"{base}/{shot.id}/video.webm", headers=live.control)
     assert other.status_code == 404
