@@ -65,6 +65,8 @@ class TaskCreate(BaseModel):
     budget: Budget = Budget()
     approvals: ApprovalPolicy = ApprovalPolicy()
     ttl_s: int | None = Field(default=None, ge=1)
+    # A video of the task browser's pages, kept as an artifact when its context closes.
+    record_video: bool = False
     # Cookies and local storage for the task's browser (gateway/storage_state.py): held in
     # memory for the task's life, never stored with its identity.
     storage_state: StorageState | None = None
@@ -241,6 +243,7 @@ class TaskService:
                 else None,
                 budget=request.budget,
                 approvals=request.approvals,
+                record_video=request.record_video,
                 created_at=now,
                 expires_at=expires_at,
             )
@@ -376,6 +379,7 @@ class TaskService:
             else None,
             "budget": identity.budget.model_dump(exclude_none=True),
             "approvals": identity.approvals.model_dump(mode="json"),
+            "record_video": identity.record_video,
             "created_at": identity.created_at.isoformat(),
             "expires_at": identity.expires_at.isoformat(),
             "ended_at": (

@@ -240,10 +240,12 @@ class BrowserPool:
         await self._starting.acquire()
         state = self._storage_state(identity.task_id)
         try:
-            # A signed-in task's context is made with its state, so never from the stock.
-            session = self._take_warm() if state is None else None
+            # A warm context holds no task's state and records no video: a signed-in task
+            # or one that asked for a video gets a context of its own.
+            own = state is not None or identity.record_video
+            session = None if own else self._take_warm()
             if session is None:
-                session = await self._open_on(await self.processes.pick(), state)
+                session = await self._open_fresh(state, record_video=identity.record_video)
         except BaseException:
             self._starting.release()
             raise
@@ -276,11 +278,17 @@ class BrowserPool:
             self._close_later(session, "its browser process ended")
         return None
 
-    async def _open_fresh(self) -> BrowserSession:
-        return await self._open_on(await self.processes.pick())
+    async def _open_fresh(
+        self, state: StorageState | None = None, *, record_video: bool = False
+    ) -> BrowserSession:
+        return await self._open_on(await self.processes.pick(), state, record_video=record_video)
 
     async def _open_on(
-        self, process: BrowserProcess, state: StorageState | None = None
+        self,
+        process: BrowserProcess,
+        state: StorageState | None = None,
+        *,
+        record_video: bool = False,
     ) -> BrowserSession:
         process.context_opened()
         try:
@@ -293,6 +301,7 @@ class BrowserPool:
                     keep_screenshots=self.settings.browser_screenshots,
                     admission=PageAdmission(self.admissions[process.index]),
                     storage_state=state,
+                    record_video=record_video,
                 ),
                 OPEN_TIMEOUT_S,
             )

@@ -75,6 +75,7 @@ from .snapshot import (
     mark_refused_frames,
     mask_secrets,
 )
+from .video import VideoRecording
 
 log = logging.getLogger(__name__)
 
@@ -138,8 +139,11 @@ class BrowserSession:
         trace: bool,
         keep_screenshots: bool = False,
         admission: ActionSlots | None = None,
+        video: VideoRecording | None = None,
     ) -> None:
         self.process = process
+        # The pages' video, for a task that asked for one (`video.py`).
+        self.video = video
         # The action slots of its process, shared with the process's other contexts.
         self.admission: ActionSlots = admission if admission is not None else Admission(1)
         self.context = context
@@ -230,9 +234,11 @@ class BrowserSession:
         keep_screenshots: bool = False,
         admission: ActionSlots | None = None,
         storage_state: StorageState | None = None,
+        record_video: bool = False,
     ) -> BrowserSession:
         """A fresh context and page that can reach nothing until `assign` names a task;
-        with a signed-in task's `storage_state` (its cookies and local storage) in it."""
+        with a signed-in task's `storage_state` (its cookies and local storage) in it;
+        `record_video`: its pages are recorded from the start (for a task that asked)."""
         holder: list[BrowserSession] = []
 
         def blocked(request: BlockedRequest) -> None:
@@ -242,12 +248,14 @@ class BrowserSession:
         proxy = OriginProxy(blocked)
         await proxy.start(process.jail, process.pid)
         context: BrowserContext | None = None
+        video = VideoRecording() if record_video else None
         try:
             context = await process.browser.new_context(
                 proxy={"server": proxy.url},
                 accept_downloads=True,
                 service_workers="block",
                 storage_state=storage_state.for_playwright() if storage_state else None,  # type: ignore[arg-type]
+                record_video_dir=str(video.folder) if video is not None else None,
             )
             page = await context.new_page()
         except BaseException:
@@ -255,6 +263,8 @@ class BrowserSession:
                 with contextlib.suppress(Exception):
                     await context.close()
             await proxy.close()
+            if video is not None:
+                video.discard()
             raise
         session = cls(
             process,
@@ -266,6 +276,7 @@ class BrowserSession:
             trace=trace,
             keep_screenshots=keep_screenshots,
             admission=admission,
+            video=video,
         )
         if storage_state is not None:
             session.state_secrets = storage_state.secrets()
@@ -290,6 +301,8 @@ class BrowserSession:
                 self._popup_seen.clear()
 
     def _watch_page(self, page: Page) -> None:
+        if self.video is not None:
+            self.video.watch(page)
         page.on("framenavigated", lambda frame: self._navigated(page, frame))
         # Only a new document fires it, also one at the same URL (a reload, a second
         # navigate to the page), which `framenavigated` cannot tell from a same-document move.
@@ -1013,6 +1026,12 @@ class BrowserSession:
         with contextlib.suppress(Exception):
             await asyncio.wait_for(self.context.close(), CLOSE_TIMEOUT_S)
         await self.proxy.close()
+        videos: dict[str, Any] = {}
+        if self.video is not None:
+            # Finished by the context's closing; a lost browser's are gone with it.
+            if identity is not None and self.lost is None:
+                videos = await self.video.keep(identity, self.sink.put_artifact)
+            self.video.discard()
         for future in list(self._background):
             future.cancel()
         if self._restoring is not None:
@@ -1025,6 +1044,7 @@ class BrowserSession:
             }
             if trace is not None:
                 data["trace"] = trace.public()
+            data.update(videos)
             with contextlib.suppress(Exception):
                 await self.sink.record(identity, "browser_closed", data)
 

@@ -74,6 +74,10 @@ class ArtifactRef:
         }
 
 
+# The evidence table's sequence numbers are an `Integer` column: 32 bits on PostgreSQL. A
+# cursor past it is past every record (and is not sent to the database, which refuses it).
+SEQ_CEILING = 2**31 - 1
+
 # Decide an approval only while it is pending: the first answer changes the row, any later
 # one finds nothing to change.
 _SETTLE_APPROVAL = (
@@ -433,12 +437,52 @@ class Store:
         return int(row[0]), int(row[1])
 
     async def evidence_for(
-        self, org_id: str, task_id: str, *, after: int = 0, limit: int = 500
+        self,
+        org_id: str,
+        task_id: str,
+        *,
+        after: int = 0,
+        limit: int = 500,
+        before: int | None = None,
     ) -> list[dict[str, Any]]:
+        """A task's records in the order they were stored: the first `limit` after `after`,
+        or, with `before`, the last `limit` before it (still oldest first)."""
+        ev = schema.evidence
+        if after >= SEQ_CEILING:
+            return []
+        query = select(ev.c.seq, ev.c.record).where(
+            ev.c.org_id == org_id, ev.c.task_id == task_id, ev.c.seq > after
+        )
+        if before is not None and before > SEQ_CEILING:
+            # Past every sequence number: the newest records (a bound PostgreSQL's integer
+            # column could not be compared with).
+            query = query.order_by(ev.c.seq.desc()).limit(limit)
+        elif before is None:
+            query = query.order_by(ev.c.seq).limit(limit)
+        else:
+            query = query.where(ev.c.seq < before).order_by(ev.c.seq.desc()).limit(limit)
+        async with self.engine.connect() as conn:
+            rows = list((await conn.execute(query)).all())
+        if before is not None:
+            rows.reverse()
+        out = []
+        for seq, record in rows:
+            item = json.loads(record)
+            item["seq"] = seq
+            out.append(item)
+        return out
+
+    # -- reads for the console ----------------------------------------------------------
+
+    async def evidence_of_kinds(
+        self, org_id: str, task_id: str, kinds: Sequence[str], *, limit: int = 1000
+    ) -> list[dict[str, Any]]:
+        """A task's records of these kinds only (the event kinds, as stored), oldest first:
+        the few a task's page needs from all of its evidence, however long it is."""
         ev = schema.evidence
         query = (
             select(ev.c.seq, ev.c.record)
-            .where(ev.c.org_id == org_id, ev.c.task_id == task_id, ev.c.seq > after)
+            .where(ev.c.org_id == org_id, ev.c.task_id == task_id, ev.c.kind.in_(list(kinds)))
             .order_by(ev.c.seq)
             .limit(limit)
         )
@@ -450,8 +494,6 @@ class Store:
             item["seq"] = seq
             out.append(item)
         return out
-
-    # -- reads for the console ----------------------------------------------------------
 
     async def task_rows(
         self,

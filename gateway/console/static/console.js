@@ -163,7 +163,10 @@ function followTask() {
     const live = await getJSON(
       `/console/api/tasks/${encodeURIComponent(task)}/live?after=${article.dataset.lastSeq}`,
     );
-    if (live.entries_html) list.append(fragment(live.entries_html));
+    // An older page of the timeline stays as it is: new records go on the newest one.
+    if (live.entries_html && article.dataset.follow === "true") {
+      list.append(fragment(live.entries_html));
+    }
     article.dataset.lastSeq = String(live.last_seq);
     const status = article.querySelector('[data-testid="task-status"]');
     if (status.textContent !== live.status) {
