@@ -1,23 +1,11 @@
-"""One node of a cluster: it owns some tasks, routes calls for the others to their owners,
-serves the calls routed to it, beats, frees the tasks of dead nodes, and hears of task ends.
+"""One node of a cluster: it owns some tasks, routes the calls and errands of the others to
+their owners and serves those routed to it (`rpc.py`), beats, frees the tasks of dead
+nodes, and tells and hears of owner changes and task ends (`ends.py`).
 
-Subjects on the bus (`subjects.py`, each node allowed only its own), every message sealed
-with the gateway's keys (`sealing.py`: unreadable without them, and a node that cannot open
-one ignores it, so a publisher on the bus without the keys can neither end a task, nor move
-one, nor answer for an owner):
-- `gw.call.<node>`: a call for a task `<node>` owns (request-reply); the envelope names
-  the node it is for, expires with the call's deadline, and runs once;
-- `gw.errand.<node>`: something other than a call that only the owner can do for a task
-  (a person's answer to an approval the owner waits on), sealed and run once the same way;
-- `gw.owner`: a task changed owner, or was let go (so the node that held it lets go);
-- `gw.ended`: a task ended (every node refuses its tokens and lets go of it); each node
-  also reads the ends committed in the last `ENDS_LOOKBACK_S` every `POLL_ENDS_S`, so a lost
-  message costs at most that long.
-
-A routed call or errand ends only with the owner's own sealed answer to it: a reply that
-does not open, answers another envelope or comes from another node is set aside and the
-wait goes on; past the deadline with only such replies, the sender says `in_doubt` (it may
-have run), never "nothing was done".
+Besides the routed envelopes, two broadcasts cross the bus, sealed like every message
+(`envelope.py`), so a publisher on the bus without the keys can neither end a task nor
+move one: `gw.owner` (a task changed owner, or was let go, so the node that held it lets
+go) and `gw.ended` (a task ended).
 
 A task's calls all run on its owner (its budget, idempotency locks, tab channel and
 browser context are there). A node becomes the owner when the task's tab connects to it
@@ -43,6 +31,7 @@ from gateway.store.database import new_id
 from gateway.tasks import TaskService
 
 from .bus import Bus, BusError
+from .ends import Ends
 from .envelope import Envelopes, sealer
 from .ledger import Freed, Ledger, Owner
 from .owners import Owners
@@ -52,10 +41,6 @@ from .subjects import CALLS, ENDED, ERRANDS, OWNER
 __all__ = ["CALLS", "ENDED", "ERRANDS", "OWNER", "ClusterNode", "ErrandError", "sealer"]
 
 log = logging.getLogger(__name__)
-POLL_ENDS_S = 0.5
-# Task ends are read back this far (on the database's clock): an end whose message was
-# lost, or committed a moment late, is still found.
-ENDS_LOOKBACK_S = 30.0
 MISSED_BEATS = 3
 # The wait for an owner's answer beyond the call's own time (the hop and the commit).
 ROUTE_MARGIN_S = 5.0
@@ -92,9 +77,8 @@ class ClusterNode:
         self._keys = keys
         self._rpc: Rpc | None = None
         self.owners = Owners(node_id)
+        self.ends = Ends(ledger, tasks, self.owners, self._broadcast)
         self._release: list[ReleaseListener] = []
-        # Ends heard from other nodes: told to this node's listeners, not announced again.
-        self._heard: set[str] = set()
         self._errands: dict[str, Errand] = {}
         self._loops: list[asyncio.Task[None]] = []
         self.routed_out = 0
@@ -116,10 +100,10 @@ class ClusterNode:
             await bus.subscribe(ENDED, self._heard_end)
             self._loops = [
                 asyncio.create_task(self._beat_forever(), name="cluster-beat"),
-                asyncio.create_task(self._poll_ends_forever(), name="cluster-ends"),
+                asyncio.create_task(self.ends.read_forever(), name="cluster-ends"),
             ]
             self.tasks.revoke_with(self.ledger.revoke)
-            self.tasks.on_end(self._announce_end)
+            self.tasks.on_end(self.ends.announce)
             yield
         finally:
             for loop in self._loops:
@@ -293,7 +277,7 @@ class ClusterNode:
             found = await self.ledger.owner(task_id)
             owner = found if found is not None else Owner(None, 0, False)
         if owner.revoked:
-            await self._ended_elsewhere(task_id, time.time(), "ended")
+            await self.ends.ended_elsewhere(task_id, time.time(), "ended")
             raise _ended()
         if owner.node_id is None or owner.node_id == self.node_id:
             # Nobody holds it; or the ledger names this node, which does not hold it (it
@@ -358,7 +342,7 @@ class ClusterNode:
             )
         return lambda identity: errand(identity, envelope["body"])
 
-    # -- owners ---------------------------------------------------------------------------
+    # -- owners and ends ------------------------------------------------------------------
 
     async def _own(self, task_id: str, owner: Owner) -> None:
         if self.owners.take(task_id, owner):
@@ -386,6 +370,12 @@ class ClusterNode:
         task_id, node, epoch = message["task_id"], message["node_id"], int(message["epoch"])
         if self.owners.heard(task_id, node, epoch, time.monotonic()):
             await self._lose(task_id)
+        return None
+
+    async def _heard_end(self, data: bytes) -> None:
+        message = self.rpc.envelopes.verify("message", data)
+        if message is not None:
+            await self.ends.heard(message)
         return None
 
     async def _broadcast(self, subject: str, message: dict[str, Any]) -> None:
@@ -420,37 +410,6 @@ class ClusterNode:
     async def _tell_freed(self, freed: list[Freed]) -> None:
         for task in freed:
             await self._tell_owner(task.task_id, None, task.epoch)
-
-    # -- task ends ------------------------------------------------------------------------
-
-    async def _announce_end(self, task_id: str, reason: str) -> None:
-        self.owners.ended(task_id)
-        if task_id in self._heard:
-            return
-        await self._broadcast(ENDED, {"task_id": task_id, "reason": reason, "at": time.time()})
-
-    async def _heard_end(self, data: bytes) -> None:
-        message = self.rpc.envelopes.verify("message", data)
-        if message is not None:
-            await self._ended_elsewhere(message["task_id"], message["at"], message["reason"])
-        return None
-
-    async def _ended_elsewhere(self, task_id: str, at: float, reason: str) -> None:
-        self._heard.add(task_id)
-        try:
-            await self.tasks.ended_elsewhere(task_id, at, reason)
-        finally:
-            self._heard.discard(task_id)
-
-    async def _poll_ends_forever(self) -> None:
-        while True:
-            await asyncio.sleep(POLL_ENDS_S)
-            try:
-                since = await self.ledger.now() - ENDS_LOOKBACK_S
-                for ended in await self.ledger.ended_since(since):
-                    await self._ended_elsewhere(ended.task_id, ended.revoked_at, ended.reason)
-            except GatewayError as exc:
-                log.warning("cluster: reading task ends failed: %s", exc)
 
 
 def _ended() -> ToolFailure:
