@@ -19,21 +19,26 @@ from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncConnection, create_async_engine
+from sqlalchemy.sql.elements import ColumnElement
 
 from gateway.errors import StorageError
 from gateway.store import schema
 
 _NOW = cast(func.extract("epoch", func.clock_timestamp()), Float)
 
+
+def _held(task_id: Any, node_id: Any, epoch: Any) -> tuple[ColumnElement[bool], ...]:
+    """The task's owner row while it names `node_id` at `epoch`: what every write a node
+    makes as the task's owner is guarded by."""
+    owners = schema.task_owners
+    return owners.c.task_id == task_id, owners.c.node_id == node_id, owners.c.epoch == epoch
+
+
 # The guard a side-effect call's evidence is committed under (the writer compiles it once):
 # the row changes only while the task is still this node's, at this epoch.
 COMMIT_GUARD = (
     update(schema.task_owners)
-    .where(
-        schema.task_owners.c.task_id == bindparam("guard_task"),
-        schema.task_owners.c.node_id == bindparam("guard_node"),
-        schema.task_owners.c.epoch == bindparam("guard_epoch"),
-    )
+    .where(*_held(bindparam("guard_task"), bindparam("guard_node"), bindparam("guard_epoch")))
     .values(changed_at=schema.task_owners.c.changed_at)
 )
 
@@ -239,12 +244,7 @@ class Ledger:
         async def run(conn: AsyncConnection) -> bool:
             held = await conn.execute(
                 update(owners)
-                .where(
-                    owners.c.task_id == task_id,
-                    owners.c.node_id == self.node_id,
-                    owners.c.epoch == epoch,
-                    owners.c.revoked == 0,
-                )
+                .where(*_held(task_id, self.node_id, epoch), owners.c.revoked == 0)
                 .values(changed_at=owners.c.changed_at)
             )
             if held.rowcount != 1:
@@ -272,13 +272,7 @@ class Ledger:
 
         async def run(conn: AsyncConnection) -> None:
             await conn.execute(
-                update(owners)
-                .where(
-                    owners.c.task_id == task_id,
-                    owners.c.node_id == self.node_id,
-                    owners.c.epoch == epoch,
-                )
-                .values(browser=1)
+                update(owners).where(*_held(task_id, self.node_id, epoch)).values(browser=1)
             )
 
         await self._run("note a browser context", run)
