@@ -178,6 +178,10 @@ class BrowserSession:
         self.navigations = 0
         self._navigating: set[Request] = set()
         self._settled = asyncio.Event()
+        # The method of the request of the page's latest main-frame document (a redirect's
+        # last hop): a POST is a form the server answered with a page (its errors, a
+        # confirmation step) rather than a redirect to its result.
+        self.navigation_method = "GET"
         self.blocked_total = 0
         self.background_refused = 0  # Chromium's own calls home, refused
         # Values the caller typed as secrets: no snapshot of this context shows them.
@@ -898,6 +902,7 @@ class BrowserSession:
     def _request(self, request: Request) -> None:
         if request.is_navigation_request() and request.frame == self.page.main_frame:
             self.navigations += 1
+            self.navigation_method = request.method
             self._navigating.add(request)
 
     def _request_over(self, request: Request) -> None:
