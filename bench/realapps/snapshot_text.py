@@ -82,12 +82,12 @@ def parse(text: str) -> list[Node]:
             parent = node
         if in_row:
             for cell in cells.split(" | "):
-                below: Node | None = nodes[-1]
+                below = nodes[-1]
                 for part in cell.split(" > "):
-                    node = _node(part)
-                    if node is not None and below is not None:
-                        below.children.append(node)
-                        below = node
+                    inner = _node(part)
+                    if inner is not None:
+                        below.children.append(inner)
+                        below = inner
         stack.append((indent, nodes[-1]))
     return roots
 

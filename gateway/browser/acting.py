@@ -142,12 +142,12 @@ async def after_action(
     when asked, or when the new page is a form's answer (below). A snapshot that fails
     does not fail the action, which has happened: it says why."""
     await session.settle_navigation(navigations, SETTLE_NAVIGATION_S)
-    page = session.page  # the action may have closed its page, or a popup may be current
     before = session.latest
     try:
-        after = await session.take_snapshot(page, timeout_ms=NAVIGATE_SNAPSHOT_TIMEOUT_MS)
+        after = await _settled_snapshot(session)
     except PlaywrightError as exc:
         return {"snapshot_error": first_line(exc)}
+    page = session.page  # the action may have closed its page, or a popup may be current
     if before is not None and before.document == after.document and not whole:
         return {"snapshot_id": f"s{after.seq}", "changes": changes(before, after)}
     # A page the server sent as its answer to a form (not a redirect to the form's result)
@@ -156,6 +156,20 @@ async def after_action(
     if whole or before is None or session.navigation_method == "POST":
         return snapshot_fields(after)
     return await loaded_fields(page, after)
+
+
+async def _settled_snapshot(session: BrowserSession) -> Snapshot:
+    """The page's snapshot once the navigation the action set off is over. A navigation
+    can start after the action returns (a form a key submitted) and land during the
+    capture, whose refs are then stale and which is of neither document: it is taken
+    again once that navigation is over."""
+    for _ in range(2):
+        seen = session.navigations
+        snap = await session.take_snapshot(session.page, timeout_ms=NAVIGATE_SNAPSHOT_TIMEOUT_MS)
+        if session.document == snap.document and session.navigations == seen:
+            return snap
+        await session.navigation_over(SETTLE_NAVIGATION_S)
+    return await session.take_snapshot(session.page, timeout_ms=NAVIGATE_SNAPSHOT_TIMEOUT_MS)
 
 
 WHOLE_PAGE_HINT = "browser.snapshot reads the whole page ({chars} characters)"

@@ -875,6 +875,10 @@ class BrowserSession:
         timeout_ms: float = SNAPSHOT_TIMEOUT_MS,
     ) -> Snapshot:
         """A snapshot of the page (or of one element, or to a depth)."""
+        # A page still being parsed (a popup just opened) is read once its DOM is: else its
+        # own DOMContentLoaded, a new document to the refs, would make this one stale.
+        with contextlib.suppress(PlaywrightError):
+            await page.wait_for_load_state("domcontentloaded", timeout=timeout_ms)
         document = self.document
         target = scope if scope is not None else page
         raw = await target.aria_snapshot(mode="ai", depth=depth, timeout=timeout_ms)
@@ -913,8 +917,11 @@ class BrowserSession:
     async def settle_navigation(self, navigations_before: int, timeout_s: float) -> None:
         """When the action started a navigation of the page, wait until it is over: its
         document loaded, or its request refused or failed."""
-        if self.navigations == navigations_before:
-            return
+        if self.navigations != navigations_before:
+            await self.navigation_over(timeout_s)
+
+    async def navigation_over(self, timeout_s: float) -> None:
+        """Wait until no navigation of the page is under way and its document is parsed."""
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(timeout_s):
                 while self._navigating:
