@@ -24,7 +24,8 @@ MAX_LINES = 30
 MAX_LINES_PER_MESSAGE = 8
 MAX_CHARS = 2_000
 
-_ITEM = re.compile(r"^(\s*)- ([a-z]+(?: > [a-z]+)*)(.*)$")
+# A line's roles; a line holding ": " in a name is quoted whole (`- 'heading "a: b"'`).
+_ITEM = re.compile(r"^(\s*)- '?([a-z]+(?: > [a-z]+)*)(.*)$")
 _BARE = re.compile(r"^- [a-z]+(?: > [a-z]+)*:?$")
 
 
@@ -56,7 +57,7 @@ def outline(text: str) -> str:
             i = end
             continue
         elif main_depth is not None and not _BARE.match(line.strip()):
-            picked.append(line.strip())
+            picked.append(line[main_depth + 2 :])
         if "main" in roles and main_depth is None:
             main_depth = depth
         i += 1
