@@ -66,7 +66,11 @@ def parse(text: str) -> list[Node]:
         if not raw.lstrip().startswith(("- ", "+ ")) or not stripped:
             continue
         indent = len(raw) - len(raw.lstrip())
-        chain = [_node(part) for part in _unquote(stripped).split(" > ")]
+        item = _unquote(stripped)
+        head, sep, cells = item.partition(": ")
+        # A table row the gateway writes on one line: `row: cell "a" | cell > link "b"`.
+        in_row = sep and head.split(" > ")[-1] == "row" and '"' not in head
+        chain = [_node(part) for part in (head if in_row else item).split(" > ")]
         nodes = [n for n in chain if n is not None]
         if not nodes:
             continue
@@ -76,6 +80,14 @@ def parse(text: str) -> list[Node]:
         for node in nodes:
             (parent.children if parent else roots).append(node)
             parent = node
+        if in_row:
+            for cell in cells.split(" | "):
+                below = nodes[-1]
+                for part in cell.split(" > "):
+                    inner = _node(part)
+                    if inner is not None:
+                        below.children.append(inner)
+                        below = inner
         stack.append((indent, nodes[-1]))
     return roots
 

@@ -2,9 +2,10 @@
 ref to an element, run the action under the session's guard, and answer with what changed.
 
 An acting tool's answer carries the lines of the page's snapshot that changed since the
-previous one of the same document (`changes`), or the whole snapshot after a navigation or
-when the agent asks for it (`snapshot: true`). A dialog the action opened ends the call at
-once with what the page asked (`session.race_dialog`).
+previous one of the same document (`changes`); after a navigation, the new page's title and
+outline (`title`, `outline`), and its whole snapshot only when the agent asks for it
+(`snapshot: true`, or `browser.snapshot`) or the page is a form's answer. A dialog the
+action opened ends the call at once with what the page asked (`session.race_dialog`).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from gateway.registry import Handler, ToolContext
 from gateway.settings import Settings
 
 from .errors import first_line
+from .outline import outline
 from .pool import BrowserPool
 from .session import BrowserSession
 from .snapshot import REF_PATTERN, Snapshot, changes, hint, resolve_ref
@@ -73,7 +75,8 @@ class Input(BaseModel):
 class Action(Input):
     snapshot: bool = Field(
         default=False,
-        description="Answer with the page's whole snapshot, not only what changed.",
+        description="Answer with the page's whole snapshot, not only what changed (or, "
+        "after a navigation, the new page's title and outline).",
     )
 
 
@@ -134,19 +137,56 @@ async def after_action(
     session: BrowserSession, page: Page, navigations: int, whole: bool
 ) -> dict[str, Any]:
     """What the action changed: the lines of the page's snapshot that differ from the
-    previous one of the same document (refs that did not change stay valid), or the whole
-    snapshot after a navigation or when asked. A snapshot that fails does not fail the
-    action, which has happened: it says why."""
+    previous one of the same document (refs that did not change stay valid); after a
+    navigation, the new page's title and outline (`loaded_fields`); the whole snapshot
+    when asked, or when the new page is a form's answer (below). A snapshot that fails
+    does not fail the action, which has happened: it says why."""
     await session.settle_navigation(navigations, SETTLE_NAVIGATION_S)
-    page = session.page  # the action may have closed its page, or a popup may be current
     before = session.latest
     try:
-        after = await session.take_snapshot(page, timeout_ms=NAVIGATE_SNAPSHOT_TIMEOUT_MS)
+        after = await _settled_snapshot(session)
     except PlaywrightError as exc:
         return {"snapshot_error": first_line(exc)}
-    if whole or before is None or before.document != after.document:
+    page = session.page  # the action may have closed its page, or a popup may be current
+    if before is not None and before.document == after.document and not whole:
+        return {"snapshot_id": f"s{after.seq}", "changes": changes(before, after)}
+    # A page the server sent as its answer to a form (not a redirect to the form's result)
+    # is the form again with its errors, or a step that asks to confirm: the agent's next
+    # step reads it, so it comes whole.
+    if whole or before is None or session.navigation_method == "POST":
         return snapshot_fields(after)
-    return {"snapshot_id": f"s{after.seq}", "changes": changes(before, after)}
+    return await loaded_fields(page, after)
+
+
+async def _settled_snapshot(session: BrowserSession) -> Snapshot:
+    """The page's snapshot once the navigation the action set off is over. A navigation
+    can start after the action returns (a form a key submitted) and land during the
+    capture, whose refs are then stale and which is of neither document: it is taken
+    again once that navigation is over."""
+    for _ in range(2):
+        seen = session.navigations
+        snap = await session.take_snapshot(session.page, timeout_ms=NAVIGATE_SNAPSHOT_TIMEOUT_MS)
+        if session.document == snap.document and session.navigations == seen:
+            return snap
+        await session.navigation_over(SETTLE_NAVIGATION_S)
+    return await session.take_snapshot(session.page, timeout_ms=NAVIGATE_SNAPSHOT_TIMEOUT_MS)
+
+
+WHOLE_PAGE_HINT = "browser.snapshot reads the whole page ({chars} characters)"
+
+
+async def loaded_fields(page: Page, snap: Snapshot) -> dict[str, Any]:
+    """A page an action loaded, in short: its title, its outline (headings of level 1 and
+    what it says to its user, with refs of `snap`), and how to read it whole."""
+    title = ""
+    with contextlib.suppress(PlaywrightError):
+        title = await page.title()
+    return {
+        "snapshot_id": f"s{snap.seq}",
+        "title": title[:300],
+        "outline": outline(snap.text),
+        "hint": WHOLE_PAGE_HINT.format(chars=snap.total_chars),
+    }
 
 
 async def snapshot_after_load(session: BrowserSession, page: Page) -> dict[str, Any]:

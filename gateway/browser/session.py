@@ -205,6 +205,10 @@ class BrowserSession:
         self.navigations = 0
         self._navigating: set[Request] = set()
         self._settled = asyncio.Event()
+        # The method of the request of the page's latest main-frame document (a redirect's
+        # last hop): a POST is a form the server answered with a page (its errors, a
+        # confirmation step) rather than a redirect to its result.
+        self.navigation_method = "GET"
         self.blocked_total = 0
         self.background_refused = 0  # Chromium's own calls home, refused
         # Values the caller typed as secrets: no snapshot of this context shows them.
@@ -953,6 +957,10 @@ class BrowserSession:
         timeout_ms: float = SNAPSHOT_TIMEOUT_MS,
     ) -> Snapshot:
         """A snapshot of the page (or of one element, or to a depth)."""
+        # A page still being parsed (a popup just opened) is read once its DOM is: else its
+        # own DOMContentLoaded, a new document to the refs, would make this one stale.
+        with contextlib.suppress(PlaywrightError):
+            await page.wait_for_load_state("domcontentloaded", timeout=timeout_ms)
         document = self.document
         target = scope if scope is not None else page
         raw = await target.aria_snapshot(mode="ai", depth=depth, timeout=timeout_ms)
@@ -992,6 +1000,7 @@ class BrowserSession:
         self.frame_targets.request(request)
         if request.is_navigation_request() and request.frame == self.page.main_frame:
             self.navigations += 1
+            self.navigation_method = request.method
             self._navigating.add(request)
 
     def _request_over(self, request: Request) -> None:
@@ -1002,8 +1011,11 @@ class BrowserSession:
     async def settle_navigation(self, navigations_before: int, timeout_s: float) -> None:
         """When the action started a navigation of the page, wait until it is over: its
         document loaded, or its request refused or failed."""
-        if self.navigations == navigations_before:
-            return
+        if self.navigations != navigations_before:
+            await self.navigation_over(timeout_s)
+
+    async def navigation_over(self, timeout_s: float) -> None:
+        """Wait until no navigation of the page is under way and its document is parsed."""
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(timeout_s):
                 while self._navigating:

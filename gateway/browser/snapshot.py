@@ -70,10 +70,35 @@ def compact(raw: str) -> str:
     text = _CURSOR.sub(_cursor_mark, text)
     text = _URL_CHILD.sub(r"\1 -> \2", text)
     text = _BARE_REF.sub(_bare_ref_dropped, text)
+    text = _bare_generics_unwrapped(text)
     folded = _fold_single_children(text)
     while folded != text:  # a fold can make another (a row of one cell of one link)
         text, folded = folded, _fold_single_children(folded)
     return _rows_on_one_line(folded)
+
+
+_BARE_GENERIC = re.compile(r"^\s*- generic(:?)$")
+# The document's own box, focused when nothing else is: that says nothing either.
+_FOCUSED_ROOT = re.compile(r"^- generic \[active\] \[ref=[a-z0-9]{1,32}\](:?)$")
+
+
+def _bare_generics_unwrapped(text: str) -> str:
+    """A `generic` with no name, ref or text is a layout box (a `div`): its children take
+    its place, one level up, and an empty one goes. So does the page's root box when it
+    only holds the focus nothing else has (a snapshot keeps its shape as focus moves)."""
+    out: list[str] = []
+    dropped: list[int] = []  # the depths of the boxes the current line is inside
+    for line in text.split("\n"):
+        depth = _depth(line)
+        while dropped and dropped[-1] >= depth:
+            dropped.pop()
+        box = _BARE_GENERIC.match(line) or _FOCUSED_ROOT.match(line)
+        if box is not None:
+            if box.group(1):
+                dropped.append(depth)
+            continue
+        out.append(line[2 * len(dropped) :])
+    return "\n".join(out)
 
 
 def _cursor_mark(found: re.Match[str]) -> str:
@@ -126,16 +151,26 @@ def _rows_on_one_line(text: str) -> str:
     return "\n".join(out)
 
 
+_CONTAINER = re.compile(r'^(\s*)- ([a-z]+)( "(?:[^"\\\n]|\\.)*")?:$')
+
+
 def _fold_single_children(text: str) -> str:
-    """`- cell:` whose only child is `- link "x"` becomes `- cell > link "x"`."""
+    """`- cell:` whose only child is `- link "x"` becomes `- cell > link "x"`; so does
+    `- rowheader "x":` whose only child is named the same (`- link "x"`)."""
     lines = text.split("\n")
     out: list[str] = []
     i = 0
     while i < len(lines):
         line = lines[i]
-        bare = re.match(r"^(\s*)- ([a-z]+):$", line)
+        bare = _CONTAINER.match(line)
         child = _ITEM.match(lines[i + 1]) if bare and i + 1 < len(lines) else None
-        if bare and child and len(child.group(1)) == len(bare.group(1)) + 2:
+        named = bare.group(3) if bare else None
+        if (
+            bare
+            and child
+            and len(child.group(1)) == len(bare.group(1)) + 2
+            and (named is None or child.group(2).startswith(f"{_role(child.group(2))}{named}"))
+        ):
             end = i + 2
             while end < len(lines) and _depth(lines[end]) > len(child.group(1)):
                 end += 1
@@ -147,6 +182,10 @@ def _fold_single_children(text: str) -> str:
         out.append(line)
         i += 1
     return "\n".join(out)
+
+
+def _role(item: str) -> str:
+    return item.split(" ", 1)[0].split(":", 1)[0]
 
 
 def _depth(line: str) -> int:
@@ -249,14 +288,51 @@ def hint(snap: Snapshot) -> str | None:
 
 def changes(before: Snapshot, after: Snapshot) -> str:
     """What `after` shows that `before` did not (`+ `) and what it no longer shows (`- `),
-    refs as `after` names them. Both of one document, whose refs are stable between them."""
+    refs as `after` names them. Both of one document, whose refs are stable between them.
+
+    An element whose line changed in place (the same ref, or the same role and name at the
+    same place: a field's value, an option's `[selected]`, a count) shows once, as it is
+    now; a line whose only change is that the focus left it is not shown (the element
+    that took the focus shows `[active]`). Lines are shown without the page's indentation
+    beyond what separates them."""
     old, new = before.plain.split("\n"), after.plain.split("\n")
-    lines = []
-    for line in difflib.unified_diff(old, new, lineterm="", n=0):
-        if line.startswith(("---", "+++", "@@")):
+    lines: list[str] = []
+    matcher = difflib.SequenceMatcher(a=old, b=new)
+    for op, i1, i2, j1, j2 in matcher.get_opcodes():
+        if op == "equal":
             continue
-        lines.append(f"{line[0]} {line[1:]}")
-    return _PLAYWRIGHT_REF.sub(rf"[ref=s{after.seq}.\1]", "\n".join(lines))
+        gone, came = old[i1:i2], new[j1:j2]
+        left = {_unfocused(line) for line in gone if "[active]" in line}
+        quiet = {line for line in gone if "[active]" in line and _unfocused(line) in came}
+        kept = {_same_element(line) for line in came}
+        lines += [
+            f"- {line}" for line in gone if line not in quiet and _same_element(line) not in kept
+        ]
+        lines += [f"+ {line}" for line in came if line not in left]
+    return _PLAYWRIGHT_REF.sub(rf"[ref=s{after.seq}.\1]", _dedent(lines))
+
+
+_LINE_HEAD = re.compile(r'^(\s*- [a-z]+(?: > [a-z]+)*(?: "(?:[^"\\\n]|\\.)*")?)')
+
+
+def _same_element(line: str) -> str:
+    """What names a line's element across a change of its state: its ref, else its place,
+    role and name."""
+    ref = _PLAYWRIGHT_REF.search(line)
+    if ref is not None:
+        return ref.group(1)
+    head = _LINE_HEAD.match(line)
+    return head.group(1) if head else line
+
+
+def _unfocused(line: str) -> str:
+    """The line as it reads once the focus left its element."""
+    return _BARE_REF.sub(_bare_ref_dropped, line.replace(" [active]", "", 1))
+
+
+def _dedent(lines: list[str]) -> str:
+    depth = min((len(line) - 2 - len(line[2:].lstrip(" ")) for line in lines), default=0)
+    return "\n".join(line[:2] + line[2 + depth :] for line in lines)
 
 
 @dataclass

@@ -270,7 +270,8 @@ def tools(settings: Settings) -> list[Tool]:
             name="browser.click",
             title="Click an element",
             description="Click the element a ref names. The answer says what changed on "
-            "the page (the whole snapshot after a navigation, or with snapshot true).",
+            "the page; after a navigation, the new page's title and outline (browser.snapshot "
+            "or snapshot true for the whole page).",
             input_model=ClickInput,
             handler=click,
             annotations=act,

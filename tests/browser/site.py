@@ -220,6 +220,30 @@ def allowed_app(foreign: str) -> Starlette:
         await asyncio.sleep(min(float(request.query_params.get("s", "1")), 10.0))
         return _page("Slow", "<h1>Slow page</h1>")
 
+    async def books(request: Request) -> Response:
+        # A form that posts, redirects to the list when it saved (with the app's message
+        # above the heading) and comes back with its error when it did not.
+        if request.method == "POST":
+            title = (await request.form()).get("title", "")
+            if title:
+                return RedirectResponse(f"/books?added={title}", status_code=303)
+            error = "<p class='errornote'>Please correct the error below.</p>"
+        else:
+            error = ""
+        added = request.query_params.get("added")
+        if added is not None:
+            rows = "".join(f"<li><a href='/second?book={i}'>Book {i}</a></li>" for i in range(40))
+            return _page(
+                "Books",
+                f"<main><ul><li>The book {added} was added.</li></ul><h1>Books</h1>"
+                f"<ul>{rows}</ul></main>",
+            )
+        return _page(
+            "Add book",
+            f"<main><h1>Add book</h1><form method='post'>{error}"
+            "<label>Title <input name='title'></label><button>Save</button></form></main>",
+        )
+
     async def frames(_r: Request) -> Response:
         return _page(
             "Frames",
@@ -263,6 +287,7 @@ def allowed_app(foreign: str) -> Starlette:
             Route("/late-popups", late_popups),
             Route("/slow", slow),
             Route("/busy", busy),
+            Route("/books", books, methods=["GET", "POST"]),
             Route("/", home),
             Route("/network", network),
             Route("/login", login),
