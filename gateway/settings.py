@@ -59,7 +59,9 @@ class Settings(BaseSettings):
     # how long an idle task's context lives, what it keeps as artifacts.
     # 0 only with `browser_ws_endpoints`: every task browser on the remote servers.
     browser_processes: int = Field(default=1, ge=0, le=64)
-    browser_warm_contexts: int = Field(default=0, ge=0, le=64)
+    # Two never-used contexts, opened when the gateway starts (after its Chromium, jail and
+    # all): the first tasks' start pays neither the context nor its renderer's start-up.
+    browser_warm_contexts: int = Field(default=2, ge=0, le=64)
     browser_idle_s: float = Field(default=300.0, gt=0)
     browser_trace: bool = False
     browser_screenshots: bool = False
