@@ -17,6 +17,9 @@ measured on its own process tree.
    the time it names (counted as `shed_and_retried`), as the contract asks of a client.
 3. Memory per live task (a context with one page on the app): PSS of the Chromium process
    tree from /proc, against raw Playwright's per-context cost. Goal: within 1.1x.
+4. What the jail adds: the same tasks (`JAIL_TASKS` of them) through a gateway on the jailed
+   Chromium and through one on a Chromium outside the jail, memory per task and per
+   renderer process, side by side.
 
 The app runs in its own process, as a sandboxed app would. Run: `python -m bench.browser`.
 """
@@ -43,6 +46,7 @@ from gateway.testing import test_settings
 START_GOAL_COLD = 1.1
 START_GOAL_WARM = 0.5
 MEMORY_GOAL = 1.1
+JAIL_TASKS = 8
 RAW_TIMEOUT_MS = 60_000  # as long as the gateway's own tool deadline
 MS = 1e3
 MIB = 1024.0
@@ -427,6 +431,75 @@ async def measure_load(bench: Bench, tasks: int) -> tuple[list[dict[str, Any]], 
     return rows, notes
 
 
+async def measure_jail(bench: Bench) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """Memory per task and per renderer with the jail and without it, same tasks, same app."""
+    from gateway.browser import BrowserPool, BrowserProcesses, install
+    from gateway.browser.memory import process_tree, pss_kib
+    from gateway.runtime import Gateway
+
+    def renderer_pss(pid: int) -> dict[int, float]:
+        sizes = {}
+        for child in process_tree(pid):
+            with contextlib.suppress(OSError):
+                if b"--type=renderer" in Path(f"/proc/{child}/cmdline").read_bytes():
+                    sizes[child] = pss_kib([child]) / MIB
+        return sizes
+
+    async def one(name: str, processes: Any) -> dict[str, float]:
+        gw = Gateway(
+            test_settings(
+                bench.data / name,
+                max_contexts=bench.max_contexts,
+                browser_launch_at_start=True,
+                browser_network_jail=processes is bench.processes,
+            )
+        )
+        gw.services.provide(BrowserProcesses, processes)
+        install(gw)
+        await gw.start()
+        try:
+            pid = processes.live()[0].pid
+            assert pid is not None, "memory is measured on a local Chromium"
+            await asyncio.sleep(1.5)
+            base, base_renderers = pss_kib(process_tree(pid)) / MIB, renderer_pss(pid)
+            created = [await bench.new_task(gw) for _ in range(JAIL_TASKS)]
+            for _, token in created:
+                await bench.gateway_start(gw, token)
+            live = gw.services.get(BrowserPool).live_count()
+            await asyncio.sleep(1.5)
+            peak, renderers = pss_kib(process_tree(pid)) / MIB, renderer_pss(pid)
+            for task_id, _ in created:
+                await gw.tasks.end(task_id)
+        finally:
+            await gw.stop()
+        # The renderers the tasks' pages brought (those there before are not theirs).
+        new = [size for child, size in renderers.items() if child not in base_renderers]
+        return {
+            "per_task": (peak - base) / max(1, live),
+            "per_renderer": sum(new) / max(1, len(new)),
+            "renderers": float(len(renderers) - len(base_renderers)),
+        }
+
+    outside = await one("unjailed", bench.raw_processes)
+    jailed = await one("jailed", bench.processes)
+    rows = [
+        {
+            "measure": f"memory per task, {JAIL_TASKS} tasks, outside the jail (PSS MiB)",
+            "value": outside["per_task"],
+            "per_renderer": outside["per_renderer"],
+        },
+        {
+            "measure": f"memory per task, {JAIL_TASKS} tasks, in the jail (PSS MiB)",
+            "value": jailed["per_task"],
+            "per_renderer": jailed["per_renderer"],
+            "jail_adds_per_task": jailed["per_task"] - outside["per_task"],
+            "jail_adds_per_renderer": jailed["per_renderer"] - outside["per_renderer"],
+            "vs_outside": jailed["per_task"] / outside["per_task"],
+        },
+    ]
+    return rows, {"jail_memory": {"outside": outside, "jailed": jailed}}
+
+
 async def run(rounds: int, tasks: int) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         async with app_process() as app:
@@ -439,6 +512,12 @@ async def run(rounds: int, tasks: int) -> int:
                 load_notes: dict[str, Any] = {}
                 if tasks:
                     load_rows, load_notes = await measure_load(bench, tasks)
+                    try:
+                        jail_rows, jail_notes = await measure_jail(bench)
+                    except Exception as exc:  # the rows above are kept all the same
+                        jail_rows, jail_notes = [], {"jail_memory_error": repr(exc)}
+                    load_rows += jail_rows
+                    load_notes.update(jail_notes)
             finally:
                 await bench.close()
     rows = start_rows + load_rows

@@ -18,7 +18,9 @@ navigate + snapshot, click. The sides take turns
 round by round (the order rotates), so the machine's drift hits them alike. The goal is to
 be ahead on every row (ratio gateway/peer below 1, p50 and p99).
 
-Run: `python -m bench.peer` (`--quick` for fewer rounds).
+Run: `python -m bench.peer` (`--quick` for fewer rounds; on a machine busy with other work,
+`--samples 24 --quiet-s 2` keeps all three columns within a quarter of an hour: the wait for
+an idle CPU before each round gives up after that many seconds, and it never comes there).
 """
 
 from __future__ import annotations
@@ -257,11 +259,14 @@ async def timed(fn: Callable[..., Awaitable[Any]], *args: Any) -> tuple[float, A
     return time.perf_counter() - t0, value
 
 
+QUIET_S = 10.0  # the longest wait for an idle CPU before a round (`--quiet-s`)
+
+
 async def settle(sides: dict[str, Any]) -> None:
     """Every side idle, its background work done, before a round is measured."""
     for side in sides.values():
         await side.settled()
-    await cpu_quiet()
+    await cpu_quiet(timeout_s=QUIET_S)
 
 
 async def start_round(side: Any, url: str, sessions: int) -> list[float]:
@@ -378,13 +383,15 @@ async def gateway(data: Path, warm: int) -> AsyncIterator[str]:
         log.close()
 
 
-async def measure(quick: bool) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+async def measure(
+    quick: bool, samples: int = MIN_SAMPLES
+) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     version = ensure_peer()
     # Rounds per column, so that each row has at least 60 samples (a round at n sessions
     # gives n): starts at 1 session are the slowest part of the run.
     columns = (1, 8) if quick else COLUMNS
-    start_rounds = {1: 3, 8: 1} if quick else {n: -(-MIN_SAMPLES // n) for n in columns}
-    work_rounds = {1: 16, 8: 4} if quick else {n: -(-MIN_SAMPLES // n) for n in columns}
+    start_rounds = {1: 3, 8: 1} if quick else {n: -(-samples // n) for n in columns}
+    work_rounds = {1: 16, 8: 4} if quick else {n: -(-samples // n) for n in columns}
     rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory() as tmp:
         work_dir = Path(tmp)
@@ -430,16 +437,22 @@ async def measure(quick: bool) -> tuple[list[dict[str, Any]], dict[str, Any]]:
         "goal": "gateway ahead of the peer on every row (p50 and p99)",
         "met": all(r["ahead"] for r in rows),
         "quick": quick,
+        "samples per row at least": samples,
+        "longest wait for an idle CPU before a round (s)": QUIET_S,
         "load average at end": list(os.getloadavg()),
     }
     return rows, notes
 
 
 def main() -> int:
+    global QUIET_S
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--quick", action="store_true", help="fewer rounds")
+    parser.add_argument("--samples", type=int, default=MIN_SAMPLES, help="samples per row")
+    parser.add_argument("--quiet-s", type=float, default=QUIET_S, help="idle-CPU wait, at most")
     args = parser.parse_args()
-    rows, notes = asyncio.run(measure(args.quick))
+    QUIET_S = args.quiet_s
+    rows, notes = asyncio.run(measure(args.quick, args.samples))
     path = write("peer", rows, notes)
     behind = [f"{r['measure']} @{r['sessions']}" for r in rows if not r["ahead"]]
     print(f"ahead on every row: {notes['met']}")

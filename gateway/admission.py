@@ -7,13 +7,16 @@ one after a minute. So each such resource has one `Admission`:
 
 - at most `slots` calls hold it at once; the others wait in the order they came (FIFO: a
   slot that frees goes to the first);
-- a call can expect to wait (calls waiting ahead of it + 1) / slots x the running average
-  of recent holds (nothing while a slot is free and no one waits); a caller that knows
-  what its call costs (`cost_s`: a page's slowest recent actions) says so, and the call
-  is then weighed at that cost, by itself and by the calls behind it;
-- it ends at once, `unavailable`/`overloaded`, retryable, with `details.retry_after_s`
-  (that expected wait, rounded up, at least 1 s), when the wait and one hold more do not
-  fit in the time its deadline leaves it, or when `max_waiting` calls wait already;
+- a call's wait is predicted from the work already ahead of it: each call holding a slot
+  and each call waiting, at its own cost, laid out over the slots in the order they will
+  get them (nothing while a slot is free and no one waits). A caller that knows what its
+  call costs (`cost_s`: a page's slowest recent actions) says so, and the call is weighed
+  at that cost, by itself and by the calls behind it; a call that does not is weighed at
+  `unknown_cost` (the running average here; a resource may ask for more);
+- a call waits when that wait and its own hold fit in the time its deadline leaves it;
+  otherwise it ends at once, `unavailable`/`overloaded`, retryable, with
+  `details.retry_after_s` (the predicted wait, rounded up, at least 1 s). `max_waiting`,
+  when given, also bounds how many may wait at once (None: the deadline alone decides);
 - a call that waits and whose deadline comes too close to still be served leaves the
   queue the same way, rather than timing out later.
 
@@ -25,6 +28,7 @@ and the tab channel (`gateway/tabs/hub.py`, per dashboard tab).
 from __future__ import annotations
 
 import asyncio
+import heapq
 import math
 import time
 from collections import deque
@@ -53,7 +57,7 @@ class Admission:
         self,
         slots: int,
         *,
-        max_waiting: int,
+        max_waiting: int | None,
         first_guess_s: float,
         run_margin_s: float,
         what: str,
@@ -77,6 +81,8 @@ class Admission:
         self._waiting: deque[asyncio.Future[None]] = deque()
         self._costs: dict[asyncio.Future[None], float] = {}  # of waiting calls that said
         self._recent: deque[float] = deque(maxlen=RECENT_HOLDS)
+        # The calls holding a slot: when each got it, and its cost when it said one.
+        self._holding: list[tuple[float, float | None]] = []
 
     @property
     def queued(self) -> int:
@@ -92,23 +98,36 @@ class Admission:
         """The slowest of the recent holds (the first guess before any)."""
         return max(self._recent, default=self.average_s)
 
+    def unknown_cost(self) -> float:
+        """What a call that does not say its cost is expected to hold its slot."""
+        return self.average_s
+
     def cost(self, cost_s: float | None) -> float:
         """What a call is expected to hold its slot: its own cost when it is known and more
-        than the average, else the average."""
-        return self.average_s if cost_s is None else max(self.average_s, cost_s)
+        than the average, else `unknown_cost`."""
+        return self.unknown_cost() if cost_s is None else max(self.average_s, cost_s)
 
     def expected_wait(self, ahead: int | None = None) -> float:
         """Seconds a call that joins now (behind `ahead` waiting calls: all of them when
-        None) can expect to wait for its slot."""
+        None; more than wait now count at `unknown_cost`) can expect to wait for its slot."""
         ahead = len(self._waiting) if ahead is None else ahead
         if ahead == 0 and self.running < self.slots:
             return 0.0
-        # Each slot frees once per hold: the call's turn comes after the calls ahead of it
-        # (each at its own cost when it said one) and one more hold, spread over the slots.
+        # When each slot frees: a call holding one is counted at its whole cost (how far
+        # along it is says little of when it ends), a slot held by a call that was never
+        # recorded (`running` set from outside) at `unknown_cost`, a free slot now.
+        held = [self.cost(cost_s) for _, cost_s in self._holding[: self.running]]
+        held += [self.unknown_cost()] * (self.running - len(held))
+        frees = sorted(held + [0.0] * max(0, self.slots - self.running))[: self.slots]
         queued = list(self._waiting)[:ahead]
-        known = sum(self.cost(self._costs.get(turn)) for turn in queued)
-        unknown = ahead - len(queued)
-        return (known + (unknown + 1) * self.average_s) / self.slots
+        costs = [self.cost(self._costs.get(turn)) for turn in queued]
+        costs += [self.unknown_cost()] * (ahead - len(queued))
+        # Each call ahead takes the slot that frees first, in turn (FIFO), and holds it its
+        # cost; this call gets the first slot to free after all of them.
+        heapq.heapify(frees)
+        for cost in costs:
+            heapq.heappush(frees, heapq.heappop(frees) + cost)
+        return frees[0]
 
     def fits(self, wait: float, time_left: float, cost_s: float | None = None) -> bool:
         """Whether a call that waits `wait` (and holds its slot `cost_s`, when it knows)
@@ -120,6 +139,7 @@ class Admission:
         to weigh); the caller must `release` it."""
         if self.running < self.slots and not self._waiting:
             self.running += 1
+            self._holding.append((self.clock(), None))
             return True
         return False
 
@@ -131,9 +151,11 @@ class Admission:
         `overloaded` failure, at once, when the call would not get its slot in time; the
         caller must `release` every slot it was given."""
         if self.try_acquire():
+            self._holding[-1] = (self._holding[-1][0], cost_s)
             return 0.0
         wait = self.expected_wait()
-        if len(self._waiting) >= self.max_waiting or not self.fits(wait, time_left, cost_s):
+        full = self.max_waiting is not None and len(self._waiting) >= self.max_waiting
+        if full or not self.fits(wait, time_left, cost_s):
             raise self._refuse(wait)
         arrived = self.clock()
         deadline = arrived + time_left
@@ -154,7 +176,9 @@ class Admission:
             raise
         self._costs.pop(turn, None)
         if turn.done():
-            return self.clock() - arrived  # the slot was handed over, already counted
+            # The slot was handed over, already counted.
+            self._holding.append((self.clock(), cost_s))
+            return self.clock() - arrived
         self._leave(turn)
         raise self._refuse(self.expected_wait())
 
@@ -168,7 +192,23 @@ class Admission:
                 self.average_s += RECENT_WEIGHT * (held_s - self.average_s)
             self.measured += 1
             self._recent.append(held_s)
+        self._forget_hold(held_s)
         self._hand_over()
+
+    def _forget_hold(self, held_s: float | None) -> None:
+        # The hold that ends is the one that started `held_s` ago (the oldest when the
+        # caller does not say): the others keep counting at their cost.
+        if not self._holding:
+            return
+        now = self.clock()
+        if held_s is None:
+            index = 0
+        else:
+            index = min(
+                range(len(self._holding)),
+                key=lambda i: abs(now - self._holding[i][0] - held_s),
+            )
+        del self._holding[index]
 
     def _hand_over(self) -> None:
         # The freed slot goes straight to the first in line, so a call arriving now cannot

@@ -59,7 +59,9 @@ class Settings(BaseSettings):
     # how long an idle task's context lives, what it keeps as artifacts.
     # 0 only with `browser_ws_endpoints`: every task browser on the remote servers.
     browser_processes: int = Field(default=1, ge=0, le=64)
-    browser_warm_contexts: int = Field(default=0, ge=0, le=64)
+    # Two never-used contexts, opened when the gateway starts (after its Chromium, jail and
+    # all): the first tasks' start pays neither the context nor its renderer's start-up.
+    browser_warm_contexts: int = Field(default=2, ge=0, le=64)
     browser_idle_s: float = Field(default=300.0, gt=0)
     browser_trace: bool = False
     browser_screenshots: bool = False
@@ -80,10 +82,12 @@ class Settings(BaseSettings):
     # a call that could not get one before its deadline is `unavailable`/`overloaded` at
     # once (gateway/browser/admission.py; the default is measured in docs/task-browser.md).
     browser_actions_per_process: int = Field(default=1, ge=1, le=64)
-    # Calls that may wait per action slot before more are turned away: 1 keeps an admitted
-    # call's latency within a few times an idle one's under steady overload; more lets a
-    # burst of tasks acting at the same moment wait instead of being told to retry.
-    browser_waiting_per_slot: int = Field(default=1, ge=0, le=256)
+    # Calls that may wait per action slot before more are turned away. None (the default):
+    # a call waits whenever the work ahead of it is predicted to end in time for its
+    # deadline, so a burst of tasks acting at the same moment is served instead of told to
+    # retry; a number also bounds the queue by count (a shorter admitted tail under steady
+    # overload, more calls turned away).
+    browser_waiting_per_slot: int | None = Field(default=None, ge=0, le=256)
     tab_token_ttl_s: int = Field(default=900, ge=1, le=3600)
     agent_token_ttl_s: int = Field(default=900, ge=1, le=3600)
     bridge_token_ttl_s: int = Field(default=900, ge=1, le=3600)

@@ -9,14 +9,22 @@ shared with the tab channel; the numbers below are the browser's):
 
 - at most `slots` actions (a tool's `BrowserSession.run`, a screenshot) hold it at once;
   the others wait in the order they came;
-- a call ends at once, `unavailable`/`overloaded`, retryable, with `details.retry_after_s`,
-  when its wait and its own action do not fit in the time its deadline leaves it, or when
-  `max_waiting` calls wait already; a waiting call whose deadline comes too close leaves.
+- a call waits when the work already ahead of it (the actions running and those waiting,
+  each at its page's cost) and its own action are predicted to end before its deadline;
+  otherwise it ends at once, `unavailable`/`overloaded`, retryable, with
+  `details.retry_after_s`, untouched. A waiting call whose deadline comes too close all
+  the same (an action ahead ran past its cost) leaves the same way rather than time out.
+
+The queue has no bound of its own unless one is set (`browser_waiting_per_slot`): the
+deadline is the bound. A bound by count turned a burst of tasks acting at once into
+retries that all could have been served in time (at 8 sessions, navigate p99 10.5 s on a
+light page, 48.6 s on a heavy one, nearly all of it the client's retry after `overloaded`).
 
 Each page weighs its calls at its own cost (`PageAdmission`): the slowest of its recent
-actions, or, before it has any, the slowest recent action of its process. A running
-average admitted a heavy page's call after a run of light ones where it would not finish
-in time (a stress run: 68 admitted calls timed out), and the calls behind it with it.
+actions, or, before it has any, the slowest recent action of its process (a call that says
+no cost is weighed at that slowest too, never at an average). A running average admitted a
+heavy page's call after a run of light ones where it would not finish in time (a stress
+run: 68 admitted calls timed out), and the calls behind it with it.
 
 A call turned away never reached the page: nothing of it is half done.
 """
@@ -32,13 +40,11 @@ from typing import Protocol
 from gateway import admission
 from gateway.admission import RECENT_WEIGHT
 
-# Calls that may wait per slot, unless told (`browser_waiting_per_slot`). Bounding the
-# queue is what bounds an admitted call's latency (its deadline alone would let calls wait
-# a minute): with one waiting per slot a call expects at most one action's time before its
-# own. Measured with bench.overload (one
-# slot, calls offered at twice what it serves, 2 cores): admitted p99 2.3x the idle p99
-# with one waiting per slot, 3.7x with two.
-WAITING_PER_SLOT = 1
+# Calls that may wait per slot, unless told (`browser_waiting_per_slot`); None: as many as
+# the deadline rule lets wait. A bound trades served calls for a shorter admitted tail
+# under steady overload (bench.overload, one slot, calls offered at twice what it serves,
+# 2 cores: admitted p99 2.3x the idle p99 with one waiting per slot, 3.7x with two).
+WAITING_PER_SLOT: int | None = None
 # The guess for an action's duration until one is measured (a navigate with its snapshot
 # on an idle 2-core machine: 40 to 120 ms; a loaded one several times that).
 FIRST_GUESS_S = 0.5
@@ -72,7 +78,13 @@ class Admission(admission.Admission):
     ) -> None:
         super().__init__(
             slots,
-            max_waiting=slots * WAITING_PER_SLOT if max_waiting is None else max_waiting,
+            max_waiting=(
+                max_waiting
+                if max_waiting is not None
+                else None
+                if WAITING_PER_SLOT is None
+                else slots * WAITING_PER_SLOT
+            ),
             first_guess_s=FIRST_GUESS_S,
             run_margin_s=RUN_MARGIN_S,
             what="the task browser",
@@ -80,6 +92,11 @@ class Admission(admission.Admission):
             clock=clock,
             on_shed=on_shed,
         )
+
+    def unknown_cost(self) -> float:
+        # A page's action is as slow as the slowest recent one until it says otherwise: an
+        # average let calls in that then timed out behind a heavy page.
+        return self.slowest_s()
 
 
 class ActionSlots(Protocol):

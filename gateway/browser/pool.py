@@ -103,8 +103,11 @@ class BrowserPool:
         self.admissions = [
             Admission(
                 settings.browser_actions_per_process,
-                max_waiting=settings.browser_actions_per_process
-                * settings.browser_waiting_per_slot,
+                max_waiting=(
+                    None
+                    if settings.browser_waiting_per_slot is None
+                    else settings.browser_actions_per_process * settings.browser_waiting_per_slot
+                ),
                 on_shed=shed.inc if shed is not None else None,
             )
             for _ in range(processes.count)

@@ -40,21 +40,24 @@ def _overloaded(exc: pytest.ExceptionInfo[ToolFailure]) -> int:
     return retry_after
 
 
-def test_the_estimate_is_the_queue_ahead_over_the_slots_times_the_average() -> None:
+def test_the_estimate_lays_the_work_ahead_over_the_slots() -> None:
     admission = Admission(2, clock=FakeClock())
     assert admission.expected_wait() == 0.0  # a slot is free
     admission.running = 2
-    assert admission.expected_wait() == pytest.approx(FIRST_GUESS_S / 2)
+    # Both slots held, each for an action: the first frees one action from now.
+    assert admission.expected_wait() == pytest.approx(FIRST_GUESS_S)
     admission.release(1.0)  # the first measure replaces the guess
     assert admission.average_s == pytest.approx(1.0)
     admission.release(2.0)  # then each one moves the running average a little
     assert admission.average_s == pytest.approx(1.0 + RECENT_WEIGHT * 1.0)
     admission.running = 2
-    # Behind 3 waiting calls on 2 slots: 4 actions to go before its turn, 2 per slot.
-    assert admission.expected_wait(ahead=3) == pytest.approx(4 / 2 * admission.average_s)
+    # Behind 3 waiting calls on 2 slots: 4 actions to go before its turn, 2 per slot; a
+    # call that says no cost is weighed at the slowest recent action (2 s), not the average.
+    assert admission.slowest_s() == pytest.approx(2.0)
+    assert admission.expected_wait(ahead=3) == pytest.approx(4 / 2 * 2.0)
     wait = admission.expected_wait(ahead=3)
-    assert admission.fits(wait, wait + admission.average_s + RUN_MARGIN_S)
-    assert not admission.fits(wait, wait + admission.average_s)
+    assert admission.fits(wait, wait + 2.0 + RUN_MARGIN_S)
+    assert not admission.fits(wait, wait + 2.0)
 
 
 async def test_a_call_that_could_not_run_before_its_deadline_is_turned_away_at_once() -> None:
@@ -141,3 +144,43 @@ async def test_a_waiting_call_leaves_the_queue_when_its_deadline_comes_too_close
     assert admission.queued == 0 and admission.running == 1
     admission.release(0.01)
     assert admission.running == 0
+
+
+async def test_a_burst_that_fits_its_deadlines_waits_however_many_come() -> None:
+    admission = Admission(1, clock=FakeClock())
+    await admission.acquire()
+    admission.release(0.5)  # actions take 0.5 s here
+    await admission.acquire()
+    # Twenty calls at once, each with a minute: twenty actions ahead of the last is 10 s.
+    burst = [asyncio.ensure_future(admission.acquire(60.0)) for _ in range(20)]
+    await _queued(admission, 20)
+    assert admission.shed == 0
+    for turn in burst:
+        admission.release(0.5)
+        await turn
+    admission.release(0.5)
+    assert admission.running == 0 and admission.queued == 0 and admission.shed == 0
+
+
+async def test_the_wait_is_the_work_ahead_at_each_call_s_own_cost() -> None:
+    admission = Admission(1, clock=FakeClock())
+    await admission.acquire()
+    admission.release(0.1)
+    # A heavy page's 4 s action holds the slot; two more of them wait.
+    await admission.acquire(cost_s=4.0)
+    heavy = [asyncio.ensure_future(admission.acquire(60.0, cost_s=4.0)) for _ in range(2)]
+    await _queued(admission, 2)
+    assert admission.expected_wait() == pytest.approx(12.0)
+    # A light call with 10 s: 12 s of work is ahead of it. Out at once, nothing taken.
+    with pytest.raises(ToolFailure) as refused:
+        await admission.acquire(10.0, cost_s=0.1)
+    assert _overloaded(refused) == 12
+    assert admission.queued == 2 and admission.running == 1 and admission.shed == 1
+    # With time for the work ahead and its own, the same call waits.
+    light = asyncio.ensure_future(admission.acquire(12.0 + 0.1 + RUN_MARGIN_S, cost_s=0.1))
+    await _queued(admission, 3)
+    for turn in (*heavy, light):
+        admission.release(4.0)
+        await turn
+    admission.release(0.1)
+    assert admission.running == 0 and admission.queued == 0 and admission.shed == 1

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 from collections.abc import AsyncIterator, Awaitable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -47,6 +48,8 @@ from tests.browser.conftest import Sites, browser_gateway, browser_settings
 pytestmark = [pytest.mark.browser, pytest.mark.asyncio(loop_scope="session")]
 
 BOUND_S = 60.0  # a wait in the test that should end at once; only a broken gateway hits it
+WAITING = 2  # calls waiting behind a held slot
+BURST = 6  # tasks acting at the same moment on one slot
 
 
 @dataclass
@@ -145,9 +148,15 @@ async def test_a_call_the_full_browser_cannot_serve_is_turned_away_at_once_untou
         held_app() as (app, origin),
         browser_gateway(tmp_path, sites, task_chromium, browser_actions_per_process=1) as b,
     ):
+        # The gateway's own navigate, given 1 s: less than the work that will be ahead of it.
+        navigate = b.gw.registry.get("browser.navigate")
+        assert navigate is not None
+        b.gw.registry.add(dataclasses.replace(navigate, name="test.navigate_1s", timeout_s=1.0))
         admission = b.pool.admissions[0]
         holder, late = await b.task(app_origin=origin), await b.task(app_origin=origin)
-        waiting = [await b.task(app_origin=origin) for _ in range(admission.max_waiting)]
+        waiting = [await b.task(app_origin=origin) for _ in range(WAITING)]
+        # The holder's page is known to take at least 1 s (`/slow` does).
+        assert (await b.call(holder, "browser.navigate", url="/slow")).ok
         for task in (holder, late, *waiting):
             assert (await b.call(task, "browser.navigate", url="/")).ok
         home = origin + "/"
@@ -156,9 +165,9 @@ async def test_a_call_the_full_browser_cannot_serve_is_turned_away_at_once_untou
         queued = [asyncio.ensure_future(b.call(t, "browser.snapshot")) for t in waiting]
         await until(lambda: admission.queued == len(waiting), "the calls wait their turn")
 
-        # The slot is taken and the queue is full: the next call ends now, while all of
-        # them are still waiting (it is not queued behind them).
-        shed = await asyncio.wait_for(b.call(late, "browser.navigate", url="/second"), BOUND_S)
+        # At least 1 s of work is ahead (the held page's action) and the call has 1 s: it
+        # ends now, while all of them are still waiting (it is not queued behind them).
+        shed = await asyncio.wait_for(b.call(late, "test.navigate_1s", url="/second"), BOUND_S)
         overloaded(shed)
         assert not held.done() and not any(q.done() for q in queued)
         registry = b.gw.metrics.registry
@@ -179,7 +188,7 @@ async def test_a_call_the_full_browser_cannot_serve_is_turned_away_at_once_untou
         assert results[0].output["url"] == origin + "/hold"
         assert all("Page home" in r.output["snapshot"] for r in results[1:])
         # One evidence record per call, each task's calls all there.
-        for task, calls in ((holder, 2), (late, 2), *((t, 2) for t in waiting)):
+        for task, calls in ((holder, 3), (late, 2), *((t, 2) for t in waiting)):
             assert len(await b.evidence(task, "call")) == calls, task.task_id
         assert admission.queued == 0 and admission.running == 0
         assert metric(registry, 'gateway_browser_queue{process="0"}') == 0
@@ -189,6 +198,40 @@ async def test_a_call_the_full_browser_cannot_serve_is_turned_away_at_once_untou
         assert again.ok, again
         assert app.paths.count("/second") == 1
         assert metric(registry, 'gateway_calls_shed_total{resource="browser"}') == 1
+
+
+async def test_a_burst_that_fits_its_deadlines_waits_and_is_served(
+    tmp_path: Path, sites: Sites, task_chromium: BrowserProcesses
+) -> None:
+    async with (
+        held_app() as (app, origin),
+        browser_gateway(tmp_path, sites, task_chromium, browser_actions_per_process=1) as b,
+    ):
+        admission = b.pool.admissions[0]
+        holder, *burst = [await b.task(app_origin=origin) for _ in range(1 + BURST)]
+        for task in (holder, *burst):
+            assert (await b.call(task, "browser.navigate", url="/")).ok
+        held = await holding(b.call(holder, "browser.navigate", url="/hold"), app, admission)
+        # Every task acts at the same moment, the one slot taken: a few light actions ahead
+        # of each, a minute to do them in. They all wait; none is told to retry.
+        calls = [
+            asyncio.ensure_future(b.call(t, "browser.navigate", url=f"/page{i}"))
+            for i, t in enumerate(burst)
+        ]
+        await until(lambda: admission.queued == BURST, "the whole burst waits its turn")
+        assert not any(c.done() for c in calls)
+        registry = b.gw.metrics.registry
+        assert metric(registry, 'gateway_calls_shed_total{resource="browser"}') == 0
+
+        app.release.set()
+        results = await asyncio.wait_for(asyncio.gather(held, *calls), BOUND_S)
+        assert all(r.ok for r in results), results
+        for i, (task, result) in enumerate(zip(burst, results[1:], strict=True)):
+            assert result.output["url"] == f"{origin}/page{i}"
+            [*_, record] = await b.evidence(task, "call")
+            assert record["context"]["admission"]["waited_ms"] > 0
+        assert admission.queued == 0 and admission.running == 0
+        assert metric(registry, 'gateway_calls_shed_total{resource="browser"}') == 0
 
 
 async def test_deadlines_decide_who_waits_and_a_waiting_call_leaves_before_its_own(
@@ -246,7 +289,8 @@ def _bridge(base_url: str, body: dict[str, Any]) -> BridgeClient:
 async def test_the_http_bridge_says_503_with_retry_after_and_mcp_the_retry_hint(
     tmp_path: Path, task_chromium: BrowserProcesses
 ) -> None:
-    settings = browser_settings(tmp_path, browser_actions_per_process=1)
+    # One call may wait: the next is turned away by count, whatever its deadline.
+    settings = browser_settings(tmp_path, browser_actions_per_process=1, browser_waiting_per_slot=1)
 
     def share_chromium(gw: Gateway) -> None:
         gw.services.provide(BrowserProcesses, task_chromium)
@@ -257,6 +301,7 @@ async def test_the_http_bridge_says_503_with_retry_after_and_mcp_the_retry_hint(
     ):
         admission = live.gateway.services.get(BrowserPool).admissions[0]
         # The one holding the slot, those waiting, the one turned away, and an MCP agent.
+        assert admission.max_waiting == 1
         count = 1 + admission.max_waiting + 2
         bodies = [
             await live.create_task(scopes=["browser"], app_origin=origin) for _ in range(count)

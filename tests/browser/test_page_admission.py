@@ -42,9 +42,9 @@ async def _pages() -> tuple[Admission, PageAdmission, PageAdmission]:
 
 async def test_a_heavy_page_is_turned_away_where_the_average_would_admit_it_to_time_out() -> None:
     shared, light, heavy = await _pages()
-    await shared.acquire()  # another page's action runs
+    await light.acquire()  # a light page's action runs
     # By the average it would wait 0.1 s and run 0.1 s: it fits 3 s. Its page takes 5 s.
-    assert shared.fits(shared.expected_wait(), 3.0)
+    assert shared.fits(shared.expected_wait(), 3.0, cost_s=shared.average_s)
     with pytest.raises(ToolFailure) as refused:
         await heavy.acquire(3.0)
     assert refused.value.code == ErrorCode.OVERLOADED
@@ -56,7 +56,7 @@ async def test_a_heavy_page_is_turned_away_where_the_average_would_admit_it_to_t
             break
         await asyncio.sleep(0)
     assert shared.queued == 1
-    shared.release(0.1)
+    light.release(0.1)
     assert await waiter == 0.0
     light.release(0.1)
 

@@ -19,6 +19,7 @@ from gateway.http import tasks as task_routes
 from gateway.results import ToolStatus
 from gateway.runtime import Gateway
 from gateway.serving import serving
+from gateway.settings import Settings
 from gateway.tokens import Purpose
 from tests.browser.conftest import (
     BrowserGateway,
@@ -147,6 +148,28 @@ async def test_past_the_bound_a_call_is_unavailable_not_stuck(
         assert refused.error.code == "browser_unavailable" and refused.error.retryable
         await gw.tasks.end(t1.task_id)
         assert (await b.call(t3, "browser.navigate", url="/")).ok
+
+
+async def test_as_deployed_the_jailed_chromium_and_a_warm_stock_are_ready_before_a_task_asks(
+    tmp_path: Path, sites: Sites
+) -> None:
+    default_stock = Settings.model_fields["browser_warm_contexts"].default
+    assert default_stock >= 1
+    # The gateway's own Chromium, launched at its start as deployed, in its jail.
+    async with browser_gateway(
+        tmp_path, sites, browser_warm_contexts=default_stock, browser_launch_at_start=True
+    ) as b:
+        pool = b.pool
+        assert b.gw.settings.browser_network_jail
+        assert await pool.stocked() == default_stock
+        [process] = pool.processes.live()
+        assert process.pid is not None  # launched before any task asked for it
+        stocked = {id(s.context) for s in pool._warm}
+        # The first task's first call takes a context from the stock, already open.
+        task = await b.task()
+        assert (await b.call(task, "browser.navigate", url="/")).ok
+        session = pool.session(task.task_id)
+        assert session is not None and id(session.context) in stocked
 
 
 async def test_warm_stock_hands_each_context_to_one_task(
