@@ -37,7 +37,8 @@ from gateway.errors import (
 from gateway.http.approvals import DECIDE
 from gateway.http.edge import error_response, parse_body, query_int, read_json
 from gateway.runtime import Gateway
-from gateway.store.database import ArtifactRef, TaskRecord
+from gateway.store.artifacts import ArtifactRef
+from gateway.store.tasks import TaskRecord
 
 # A timeline page shows this many records at most; the export holds them all.
 PAGE_RECORDS = 5000
