@@ -17,7 +17,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import func, select
-from sqlalchemy.exc import SQLAlchemyError
 
 from gateway.errors import ArtifactMissing, NotFound, QuotaExceeded, StorageError
 from gateway.identity import TaskIdentity
@@ -118,11 +117,8 @@ class ArtifactRows(Repository):
     async def artifact_count(self, org_id: str, task_id: str) -> int:
         art = schema.artifacts
         query = select(func.count()).where(art.c.org_id == org_id, art.c.task_id == task_id)
-        try:
-            async with self.engine.connect() as conn:
-                return int((await conn.execute(query)).scalar_one())
-        except SQLAlchemyError as exc:
-            raise StorageError(f"counting artifacts failed: {exc}") from exc
+        async with self.reading("counting artifacts") as conn:
+            return int((await conn.execute(query)).scalar_one())
 
     async def get_artifact(self, artifact_id: str) -> ArtifactRef:
         art = schema.artifacts

@@ -9,10 +9,14 @@ commits through the same writer, in the order it was given.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping, Sequence
+import contextlib
+from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any
 
-from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+from gateway.errors import StorageError
 
 Rows = Sequence[tuple[Any, Mapping[str, Any]]]
 
@@ -37,3 +41,23 @@ class Repository:
         """Run `guard` (an UPDATE) and, only if it changed exactly one row, insert `rows`;
         whether it changed one."""
         raise NotImplementedError
+
+    @contextlib.asynccontextmanager
+    async def reading(self, what: str) -> AsyncIterator[AsyncConnection]:
+        """A connection of the engine for reads; a database error in it is a StorageError
+        saying `what` failed."""
+        try:
+            async with self.engine.connect() as conn:
+                yield conn
+        except SQLAlchemyError as exc:
+            raise StorageError(f"{what} failed: {exc}") from exc
+
+    @contextlib.asynccontextmanager
+    async def writing(self, what: str) -> AsyncIterator[AsyncConnection]:
+        """A transaction of the engine, committed at the end of the block; a database error
+        in it is a StorageError saying `what` failed."""
+        try:
+            async with self.engine.begin() as conn:
+                yield conn
+        except SQLAlchemyError as exc:
+            raise StorageError(f"{what} failed: {exc}") from exc

@@ -11,9 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import func, insert, select
-from sqlalchemy.exc import SQLAlchemyError
 
-from gateway.errors import StorageError
 from gateway.identity import TaskIdentity
 from gateway.store import schema
 from gateway.store.repository import Repository
@@ -60,11 +58,8 @@ class TaskRows(Repository):
             .select_from(_WITH_END)
             .where(schema.tasks.c.task_id == task_id)
         )
-        try:
-            async with self.engine.connect() as conn:
-                row = (await conn.execute(query)).first()
-        except SQLAlchemyError as exc:
-            raise StorageError(f"task lookup failed: {exc}") from exc
+        async with self.reading("task lookup") as conn:
+            row = (await conn.execute(query)).first()
         if row is None:
             return None
         return TaskRecord(TaskIdentity.model_validate_json(row[0]), row[1], row[2])
@@ -90,32 +85,26 @@ class TaskRows(Repository):
                 schema.tasks.c.expires_at > now,
             )
         )
-        try:
-            async with self.engine.connect() as conn:
-                return int((await conn.execute(query)).scalar_one())
-        except SQLAlchemyError as exc:
-            raise StorageError(f"counting live tasks failed: {exc}") from exc
+        async with self.reading("counting live tasks") as conn:
+            return int((await conn.execute(query)).scalar_one())
 
     async def revoke_task(self, task_id: str, reason: str) -> bool:
         """Record the task's end; False when it had already ended (idempotent)."""
-        try:
-            async with self.engine.begin() as conn:
-                existing = (
-                    await conn.execute(
-                        select(schema.revocations.c.task_id).where(
-                            schema.revocations.c.task_id == task_id
-                        )
-                    )
-                ).first()
-                if existing is not None:
-                    return False
+        async with self.writing("revocation") as conn:
+            existing = (
                 await conn.execute(
-                    insert(schema.revocations).values(
-                        task_id=task_id, revoked_at=time.time(), reason=reason[:256]
+                    select(schema.revocations.c.task_id).where(
+                        schema.revocations.c.task_id == task_id
                     )
                 )
-        except SQLAlchemyError as exc:
-            raise StorageError(f"revocation failed: {exc}") from exc
+            ).first()
+            if existing is not None:
+                return False
+            await conn.execute(
+                insert(schema.revocations).values(
+                    task_id=task_id, revoked_at=time.time(), reason=reason[:256]
+                )
+            )
         return True
 
     async def task_rows(
@@ -151,11 +140,8 @@ class TaskRows(Repository):
         if door is not None:
             through = select(ev.c.task_id).where(ev.c.kind == "call", ev.c.door == door)
             query = query.where(tasks.c.task_id.in_(through))
-        try:
-            async with self.engine.connect() as conn:
-                rows = (await conn.execute(query)).all()
-        except SQLAlchemyError as exc:
-            raise StorageError(f"listing tasks failed: {exc}") from exc
+        async with self.reading("listing tasks") as conn:
+            rows = (await conn.execute(query)).all()
         return [TaskRecord(TaskIdentity.model_validate_json(r[0]), r[1], r[2]) for r in rows]
 
     async def task_tallies(self, task_ids: Sequence[str]) -> dict[str, dict[str, Any]]:
@@ -179,12 +165,9 @@ class TaskRows(Repository):
             .where(ap.c.task_id.in_(ids), ap.c.status == "pending")
             .group_by(ap.c.task_id)
         )
-        try:
-            async with self.engine.connect() as conn:
-                call_rows = (await conn.execute(calls)).all()
-                pending_rows = (await conn.execute(pending)).all()
-        except SQLAlchemyError as exc:
-            raise StorageError(f"counting task calls failed: {exc}") from exc
+        async with self.reading("counting task calls") as conn:
+            call_rows = (await conn.execute(calls)).all()
+            pending_rows = (await conn.execute(pending)).all()
         for task_id, call_status, door, count in call_rows:
             tally = tallies[str(task_id)]
             tally["calls"] += int(count)

@@ -1,4 +1,4 @@
-"""The store's group-commit writer, and SQLite's checkpointer beside it.
+"""The store's group-commit writer.
 
 Evidence of a call must be durable before its result is returned, but one transaction per
 call caps throughput at the database's commit rate. The writer takes every record queued
@@ -47,7 +47,7 @@ from typing import Any
 from sqlalchemy import create_engine, event, make_url
 
 from gateway.errors import StorageError
-from gateway.store import sqlite
+from gateway.store import postgres, sqlite
 from gateway.store.checkpointer import Checkpointer
 from gateway.store.commit import (
     Busy,
@@ -155,7 +155,7 @@ class Writer:
                 "connect",
                 sqlite.pragmas(synchronous, busy_timeout_ms=BUSY_TIMEOUT_MS)
                 if is_sqlite
-                else _pg_commit(synchronous),
+                else postgres.commit_mode(synchronous),
             )
         self._statements = Statements(self.dialect)
         self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
@@ -187,6 +187,9 @@ class Writer:
         self._inline_conn: Any | None = None  # a sqlite3 connection, once opened
         # The thread's connection, opened again when the database drops it.
         self._link = Reconnecting(self._engine)
+
+    def _running(self) -> bool:
+        return not self._stopping.is_set()
 
     @property
     def reconnects(self) -> int:
@@ -354,7 +357,7 @@ class Writer:
             work,
             fail=fail,
             busy=busy,
-            waiting=lambda: not self._stopping.is_set(),
+            waiting=self._running,
             isolate=len(parts) > 1,
         )
 
@@ -392,6 +395,8 @@ class Writer:
             finally:
                 cursor.close()
 
+        # A lock held past the busy timeout fails the change (its caller is told, and may
+        # ask again), where accepted evidence waits for it.
         try:
             changed = attempt(self._link, work, fail=_change_failed, busy=Busy.FAIL)
         except StorageError as exc:
@@ -404,18 +409,3 @@ class Writer:
 
 def _change_failed(exc: BaseException) -> bool:
     raise StorageError(f"the change could not be stored: {exc}") from exc
-
-
-def _pg_commit(synchronous: str) -> Any:
-    """PostgreSQL's commit waits for its WAL flush unless told otherwise (`OFF`, `NORMAL`:
-    the writer's commits are asynchronous, lost only if the database server itself stops
-    within a fraction of a second, as SQLite's `NORMAL` loses them only to a power cut)."""
-    setting = "on" if synchronous in ("FULL", "EXTRA") else "off"
-
-    def apply(dbapi_conn: Any, _record: Any) -> None:
-        cur = dbapi_conn.cursor()
-        cur.execute(f"SET synchronous_commit = {setting}")
-        cur.close()
-        dbapi_conn.commit()
-
-    return apply
