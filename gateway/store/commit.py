@@ -62,13 +62,11 @@ class Link(Protocol):
 
 
 class Fixed:
-    """A connection that is never opened again (SQLite in process: it cannot drop)."""
+    """A connection that is never opened again (SQLite in process: it cannot drop), as
+    `current()` gives it."""
 
-    def __init__(self, conn: Any) -> None:
-        self._conn = conn
-
-    def connection(self) -> Any:
-        return self._conn
+    def __init__(self, current: Callable[[], Any]) -> None:
+        self.connection = current
 
     def lost(self, conn: Any, exc: BaseException) -> bool:
         return False

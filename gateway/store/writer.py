@@ -185,6 +185,7 @@ class Writer:
         self.inline = self._path is not None and (synchronous or "FULL") in ("OFF", "NORMAL")
         self._synchronous = synchronous or "FULL"
         self._inline_conn: Any | None = None  # a sqlite3 connection, once opened
+        self._inline_link = Fixed(lambda: self._inline_conn)
         # The thread's connection, opened again when the database drops it.
         self._link = Reconnecting(self._engine)
 
@@ -277,7 +278,7 @@ class Writer:
             started = time.monotonic()
             try:
                 # Someone else holding the lock gives the batch to the thread, which waits.
-                outcomes, committed = self._attempt(Fixed(conn), parts, Busy.GIVE_WAY)
+                outcomes, committed = self._attempt(self._inline_link, parts, Busy.GIVE_WAY)
             except GaveWay:
                 return None
             if committed:

@@ -57,7 +57,7 @@ def commit_parts(
         return write_parts(statements, c, parts, isolated=isolated)
 
     return attempt(
-        Fixed(conn),
+        Fixed(lambda: conn),
         work,
         fail=lambda exc: [failure(exc) for _part in parts],
         busy=busy,
