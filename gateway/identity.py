@@ -126,6 +126,8 @@ class TaskIdentity(BaseModel):
     allowed_tools: tuple[ToolPattern, ...] | None = None
     budget: Budget = Budget()
     approvals: ApprovalPolicy = ApprovalPolicy()
+    # The task browser records a video of the task's pages (the console shows it).
+    record_video: bool = False
     created_at: datetime
     expires_at: datetime
 

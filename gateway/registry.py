@@ -149,6 +149,9 @@ class Tool:
     # The output is a string a client parses (a permission-prompt answer): a door's text
     # for the model is that string alone, with no status line around it.
     text_output: bool = False
+    # A call may outlast what a client waits on one request for (a long wait on a page, a
+    # run that may ask a person): the MCP door lets a client run it as a task it polls.
+    long_running: bool = False
 
     def __post_init__(self) -> None:
         if not TOOL_NAME.match(self.name):
@@ -262,6 +265,7 @@ class Registry:
         max_output_bytes: int = 64 * 1024,
         timeout_s: float = 30.0,
         side_effects: bool = False,
+        long_running: bool = False,
     ) -> Callable[[Callable[[ToolContext, M], Awaitable[Any]]], Tool]:
         """Decorator form: `@registry.tool("x.y", title=..., input_model=Model, scopes=[...])`."""
 
@@ -279,6 +283,7 @@ class Registry:
                     max_output_bytes=max_output_bytes,
                     timeout_s=timeout_s,
                     side_effects=side_effects,
+                    long_running=long_running,
                 )
             )
 

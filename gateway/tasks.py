@@ -29,6 +29,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from gateway.approval_policy import ApprovalPolicy
 from gateway.errors import AuthError, InvalidInput, NotFound, TokenExpired, TokenRevoked
 from gateway.identity import Actor, Budget, Name, Sandbox, Scope, TaskIdentity, ToolPattern
+from gateway.storage_state import StorageState, StorageStates
 from gateway.store.database import Store
 from gateway.store.tasks import TaskRecord
 from gateway.task_quota import LiveTaskQuota
@@ -65,6 +66,23 @@ class TaskCreate(BaseModel):
     budget: Budget = Budget()
     approvals: ApprovalPolicy = ApprovalPolicy()
     ttl_s: int | None = Field(default=None, ge=1)
+    # A video of the task browser's pages, kept as an artifact when its context closes.
+    record_video: bool = False
+    # Cookies and local storage for the task's browser (gateway/storage_state.py): held in
+    # memory for the task's life, never stored with its identity.
+    storage_state: StorageState | None = None
+
+    @model_validator(mode="after")
+    def _state_within_origins(self) -> TaskCreate:
+        if self.storage_state is not None:
+            # A provisioned sandbox's origin is the gateway's to choose: only the allowed
+            # origins named here can be signed in to ahead of it.
+            wrong = self.storage_state.outside(self.sandbox.origins - {""})
+            if wrong:
+                raise ValueError(
+                    "storage_state names what the task may not reach: " + "; ".join(wrong[:5])
+                )
+        return self
 
     @model_validator(mode="before")
     @classmethod
@@ -130,6 +148,8 @@ class TaskService:
         self._quota = LiveTaskQuota(store, max_live_per_org) if max_live_per_org else None
         # Provisions a task's app when its request asks for one (gateway/sandbox sets it).
         self.provisioner: AppProvisioner | None = None
+        # Where signed-in tasks' storage states are held (the task browser sets it).
+        self.storage_states: StorageStates | None = None
         # How an end is made durable: the store's revocation row, unless a cluster ends a
         # task its own way (the row and the owner's fence in one transaction).
         self._revoke: Callable[[str, float, str], Awaitable[bool]] = lambda task_id, _at, reason: (
@@ -188,6 +208,8 @@ class TaskService:
         return lambda: self._end_listeners.remove(listener)
 
     async def create(self, request: TaskCreate) -> tuple[TaskIdentity, dict[str, str]]:
+        if request.storage_state is not None and self.storage_states is None:
+            raise InvalidInput("this gateway has no task browser to give a storage state to")
         now = datetime.fromtimestamp(int(self._clock()), UTC)
         ttl = min(request.ttl_s or self._max_ttl, self._max_ttl)
         task_id = f"task_{secrets.token_hex(12)}"
@@ -222,6 +244,7 @@ class TaskService:
                 else None,
                 budget=request.budget,
                 approvals=request.approvals,
+                record_video=request.record_video,
                 created_at=now,
                 expires_at=expires_at,
             )
@@ -230,6 +253,8 @@ class TaskService:
             else:
                 async with self._quota.admit(identity.org_id, self._clock()):
                     await self._insert(identity)
+            if request.storage_state is not None and self.storage_states is not None:
+                self.storage_states.put(task_id, request.storage_state)
         except BaseException:
             if app is not None:
                 await asyncio.shield(app.discard())
@@ -355,6 +380,7 @@ class TaskService:
             else None,
             "budget": identity.budget.model_dump(exclude_none=True),
             "approvals": identity.approvals.model_dump(mode="json"),
+            "record_video": identity.record_video,
             "created_at": identity.created_at.isoformat(),
             "expires_at": identity.expires_at.isoformat(),
             "ended_at": (

@@ -347,6 +347,7 @@ def install_product_tools(gw: Gateway, app: SyntheticApp) -> list[Tool]:
             annotations=ToolAnnotations(consequential_hint=True),
             timeout_s=TOOL_TIMEOUT_S,
             side_effects=True,
+            long_running=True,
         ),
         Tool(
             name="evals.read_progress",

@@ -311,7 +311,9 @@ class Approvals:
             self._tell_closed(request, "cancelled")
             raise
         helpers = []
-        if elicit is not None and "elicitation" in request.channels and request.by == "actor":
+        # The door offers only what its channel may answer (a form inside the grant, else a
+        # link to a person's page), and an elicited answer outside the rule is refused.
+        if elicit is not None and "elicitation" in request.channels:
             helpers.append(asyncio.ensure_future(self._elicit(identity, request, elicit)))
         try:
             await self._wait(identity, request, waiter, cancel, progress)

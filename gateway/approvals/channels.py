@@ -4,13 +4,16 @@ The rule is `gateway.approval_policy.may_answer`; these read it for the MCP door
 sees a pending request as its public form (`ApprovalRequest.public()`), to decide what to
 offer the agent's client: a form elicitation where a form may answer (one call inside the
 grant), a link to the person's own page (URL-mode elicitation only carries the link; the
-answer is given on that page) where the tab may.
+answer is given on that page) where the tab may, and a link to the gateway's own approval
+page (the console's, behind its sign-in) where only the control plane's party may.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any, cast
+from urllib.parse import quote
 
 from gateway.approval_policy import Approver, Need, Reason, may_answer
 from gateway.results import Door
@@ -36,3 +39,19 @@ def tab_may_answer(request: Mapping[str, Any]) -> bool:
         and may_answer("tab", _need(request))
         and request.get("door") != Door.WEBMCP.value
     )
+
+
+def console_may_answer(request: Mapping[str, Any]) -> bool:
+    """Whether the control plane's party may answer `request` (on the console's page)."""
+    return "control" in request.get("channels", ()) and may_answer("control", _need(request))
+
+
+@dataclass(frozen=True)
+class ApprovalPage:
+    """The gateway's own page for one approval, on the gateway's host (the console's,
+    behind its sign-in), provided in `gw.services` by the console."""
+
+    base: str  # absolute, ending in "/": the approval's id follows
+
+    def url(self, approval_id: str) -> str:
+        return self.base + quote(approval_id, safe="")

@@ -82,4 +82,5 @@ PROMPT_TOOL = Tool(
     annotations=ToolAnnotations(read_only_hint=True),
     timeout_s=PROMPT_TIMEOUT_S,
     text_output=True,
+    long_running=True,
 )

@@ -6,6 +6,7 @@ from starlette.routing import BaseRoute
 
 from gateway.identity import TaskIdentity
 from gateway.runtime import Gateway
+from gateway.storage_state import StorageStates
 from gateway.store.artifacts import ArtifactRef
 
 from . import tools
@@ -28,6 +29,10 @@ def install(gw: Gateway) -> list[BaseRoute]:
     ) -> ArtifactRef:
         return await gw.store.put_artifact(identity, data, name=name, media_type=media_type)
 
+    # Signed-in tasks' storage states, in memory, for the task's life only.
+    states = StorageStates()
+    gw.tasks.storage_states = states
+    gw.tasks.on_end(states.drop)
     pool = BrowserPool(
         gw.settings,
         processes,
@@ -36,11 +41,14 @@ def install(gw: Gateway) -> list[BaseRoute]:
             repeated=gw.events.repeated,
             log=gw.task_log.publish,
             put_artifact=put_artifact,
+            get_artifact=gw.store.get_artifact,
+            read_artifact=gw.store.read_artifact,
         ),
         owns_processes=owns,
         metrics=gw.metrics.registry,
         shed=gw.metrics.calls_shed.labels(resource="browser"),
         app_link=lambda: gw.services.find(AppLink),  # type: ignore[type-abstract]
+        storage_state=states.get,
     )
     gw.services.provide(BrowserPool, pool)
     tools.register(gw.registry, gw.settings)

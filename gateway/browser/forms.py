@@ -10,7 +10,7 @@ masked in later snapshots and kept out of the trace.
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from typing import Annotated, Any
 
 from playwright.async_api import Locator, Page
 from playwright.async_api import TimeoutError as PlaywrightTimeout
@@ -32,7 +32,7 @@ from .acting import (
 from .errors import unsupported
 from .session import BrowserSession
 from .snapshot import PRIVATE_FIELD_CHECK, REF_PATTERN
-from .uploads import workspace_files
+from .uploads import ARTIFACT_ID_PATTERN, artifact_files, workspace_files
 
 # What an element is, for choosing the action: `file`, `select`, `checkbox`, `radio`,
 # `text` (a text input, a text area, an editable element) or `other`; and whether it takes
@@ -287,9 +287,16 @@ class UploadInput(Action):
         "click opens the page's file chooser.",
     )
     paths: list[str] = Field(
-        min_length=0,
+        default_factory=list,
         max_length=20,
-        description="Files of the task's workspace (relative paths); [] clears the input.",
+        description="Files of the task's workspace (relative paths). With no paths and no "
+        "artifacts the input is cleared.",
+    )
+    artifacts: list[Annotated[str, Field(pattern=ARTIFACT_ID_PATTERN)]] = Field(
+        default_factory=list,
+        max_length=20,
+        description="Artifacts of this task (their artifact_id: a download it kept, a "
+        "screenshot), after the paths' files.",
     )
 
 
@@ -299,9 +306,24 @@ CHOOSER_WAIT_MS = 5_000
 async def upload(ctx: ToolContext, args: UploadInput) -> dict[str, Any]:
     session = await session_of(ctx)
     limits = LIMITS.get()
-    files = await asyncio.to_thread(
-        workspace_files, ctx.identity, ctx, args.paths, limits.upload_max_bytes
+    limit = limits.upload_max_bytes
+    files = (
+        await asyncio.to_thread(workspace_files, ctx.identity, ctx, args.paths, limit)
+        if args.paths
+        else []
     )
+    if args.artifacts:
+        sink = session.sink
+        if sink.get_artifact is None or sink.read_artifact is None:
+            raise unsupported("this gateway keeps no artifacts to upload: give workspace paths")
+        files += await artifact_files(
+            ctx.identity,
+            args.artifacts,
+            limit - sum(len(f.data) for f in files),
+            limit,
+            get=sink.get_artifact,
+            read=sink.read_artifact,
+        )
     ctx.evidence["uploaded"] = [f.public() for f in files]
     payloads: Any = [f.payload() for f in files]
 

@@ -27,6 +27,7 @@ from gateway.identity import TaskIdentity
 from gateway.ports import Placement
 from gateway.results import ErrorCode, ToolStatus
 from gateway.settings import Settings
+from gateway.storage_state import StorageState
 
 from .admission import Admission, PageAdmission
 from .app_link import AppLink
@@ -69,11 +70,13 @@ class BrowserPool:
         metrics: CollectorRegistry | None = None,
         shed: Counter | None = None,
         app_link: Callable[[], AppLink | None] = lambda: None,
+        storage_state: Callable[[str], StorageState | None] = lambda _task_id: None,
     ) -> None:
         """`shed`: the counter of calls turned away as overloaded (for this resource);
         `app_link`: how tasks reach apps the gateway provisioned, looked up when a task's
-        context is opened."""
+        context is opened; `storage_state`: a signed-in task's cookies and local storage."""
         self.settings = settings
+        self._storage_state = storage_state
         self._app_link = app_link
         self.processes = processes
         self.sink = sink
@@ -235,10 +238,14 @@ class BrowserPool:
     async def _open_for(self, identity: TaskIdentity) -> BrowserSession:
         # Admission for starts: the slot is released when the task's first call is over.
         await self._starting.acquire()
+        state = self._storage_state(identity.task_id)
         try:
-            session = self._take_warm()
+            # A warm context holds no task's state and records no video: a signed-in task
+            # or one that asked for a video gets a context of its own.
+            own = state is not None or identity.record_video
+            session = None if own else self._take_warm()
             if session is None:
-                session = await self._open_fresh()
+                session = await self._open_fresh(state, record_video=identity.record_video)
         except BaseException:
             self._starting.release()
             raise
@@ -271,10 +278,18 @@ class BrowserPool:
             self._close_later(session, "its browser process ended")
         return None
 
-    async def _open_fresh(self) -> BrowserSession:
-        return await self._open_on(await self.processes.pick())
+    async def _open_fresh(
+        self, state: StorageState | None = None, *, record_video: bool = False
+    ) -> BrowserSession:
+        return await self._open_on(await self.processes.pick(), state, record_video=record_video)
 
-    async def _open_on(self, process: BrowserProcess) -> BrowserSession:
+    async def _open_on(
+        self,
+        process: BrowserProcess,
+        state: StorageState | None = None,
+        *,
+        record_video: bool = False,
+    ) -> BrowserSession:
         process.context_opened()
         try:
             session = await asyncio.wait_for(
@@ -285,6 +300,8 @@ class BrowserPool:
                     trace=self.settings.browser_trace,
                     keep_screenshots=self.settings.browser_screenshots,
                     admission=PageAdmission(self.admissions[process.index]),
+                    storage_state=state,
+                    record_video=record_video,
                 ),
                 OPEN_TIMEOUT_S,
             )

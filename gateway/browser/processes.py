@@ -36,6 +36,7 @@ from gateway.errors import ToolFailure
 from gateway.settings import Settings
 
 from .errors import browser_unavailable
+from .ffmpeg import driver_environment
 from .guard_probe import GuardBypassed, probe_guard
 from .jail import BrowserJail, JailUnavailable, network_namespace
 from .memory import command_line, find_browser_pid
@@ -148,7 +149,9 @@ class BrowserProcesses:
                 self._closing = False
                 if self.jail is not None:
                     await self.jail.start()
-                self._playwright = await async_playwright().start()
+                # Debian's ffmpeg, for the tasks that ask for a video (`ffmpeg.py`).
+                with driver_environment(self.settings.data_dir):
+                    self._playwright = await async_playwright().start()
             return self._playwright
 
     async def close(self) -> None:

@@ -52,6 +52,7 @@ from gateway.errors import ToolFailure
 from gateway.identity import TaskIdentity
 from gateway.registry import ToolContext
 from gateway.results import ErrorCode, ToolStatus
+from gateway.storage_state import StorageState
 from gateway.store.artifacts import ArtifactRef
 from gateway.task_log import Level
 
@@ -60,17 +61,31 @@ from .admission import ActionSlots, Admission
 from .app_link import AppLink
 from .dialogs import PendingDialog
 from .errors import browser_unavailable, first_line, map_playwright_error
+from .frames import FrameTargets
 from .guard_proxy import BlockedRequest, OriginProxy
 from .policy import BLANK, is_browser_service, page_url_allowed
 from .processes import BrowserProcess
 from .signals import Signals
-from .snapshot import PRIVATE_FIELD_VALUES, Refs, Snapshot, build_snapshot, mask_secrets
+from .snapshot import (
+    PRIVATE_FIELD_VALUES,
+    Refs,
+    Snapshot,
+    build_snapshot,
+    empty_frames,
+    mark_refused_frames,
+    mask_secrets,
+)
+from .video import VideoRecording
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 CLOSE_TIMEOUT_S = 10.0
 POPUP_WAIT_MS = 1000
+# How long an action that opened a window waits for it to become a page of the task (or
+# be refused), so its own answer says so. Playwright hands a popup over only once it has
+# set it up and its first navigation is over: on a loaded machine, seconds after the click.
+POPUP_REGISTER_S = 10.0
 SETTLE_TIMEOUT_S = 3.0
 SNAPSHOT_TIMEOUT_MS = 30_000
 SCREENSHOT_TIMEOUT_MS = 10_000
@@ -93,6 +108,9 @@ class EvidenceSink:
     # What the page says as it happens (console errors, uncaught errors), for listeners.
     log: Callable[[str, Level, str, dict[str, Any]], None]
     put_artifact: Callable[[TaskIdentity, bytes, str, str], Awaitable[ArtifactRef]]
+    # An artifact by id, whoever's (uploads.py checks it is the task's own), and its bytes.
+    get_artifact: Callable[[str], Awaitable[ArtifactRef]] | None = None
+    read_artifact: Callable[[ArtifactRef], Awaitable[bytes]] | None = None
 
 
 @dataclass(frozen=True)
@@ -121,8 +139,11 @@ class BrowserSession:
         trace: bool,
         keep_screenshots: bool = False,
         admission: ActionSlots | None = None,
+        video: VideoRecording | None = None,
     ) -> None:
         self.process = process
+        # The pages' video, for a task that asked for one (`video.py`).
+        self.video = video
         # The action slots of its process, shared with the process's other contexts.
         self.admission: ActionSlots = admission if admission is not None else Admission(1)
         self.context = context
@@ -166,7 +187,13 @@ class BrowserSession:
         # part of the page, a ref of the whole page's would not resolve until the next.
         self._partial_map = False
         self._first_targets: dict[Page, str] = {}
+        # Where each frame was headed: a refused one shows as such in snapshots.
+        self.frame_targets = FrameTargets()
         self._popup_seen = asyncio.Event()
+        # Windows the pages opened (Chromium says so at once), and those handed over since.
+        self._windows_opened = 0
+        self._windows_arrived = 0
+        self._window_arrived = asyncio.Event()
         self.created_at = time.time()
         self.last_used = time.monotonic()
         self.lost: str | None = None  # why the browser under this session is gone
@@ -182,6 +209,8 @@ class BrowserSession:
         self.background_refused = 0  # Chromium's own calls home, refused
         # Values the caller typed as secrets: no snapshot of this context shows them.
         self.typed_secrets: set[str] = set()
+        # A signed-in task's cookie and local-storage values: shown and kept nowhere.
+        self.state_secrets: frozenset[str] = frozenset()
         self.lock = asyncio.Lock()
         self._seq = 0
         self._pending: list[Violation] = []
@@ -204,8 +233,12 @@ class BrowserSession:
         trace: bool,
         keep_screenshots: bool = False,
         admission: ActionSlots | None = None,
+        storage_state: StorageState | None = None,
+        record_video: bool = False,
     ) -> BrowserSession:
-        """A fresh context and page that can reach nothing until `assign` names a task."""
+        """A fresh context and page that can reach nothing until `assign` names a task;
+        with a signed-in task's `storage_state` (its cookies and local storage) in it;
+        `record_video`: its pages are recorded from the start (for a task that asked)."""
         holder: list[BrowserSession] = []
 
         def blocked(request: BlockedRequest) -> None:
@@ -215,11 +248,14 @@ class BrowserSession:
         proxy = OriginProxy(blocked)
         await proxy.start(process.jail, process.pid)
         context: BrowserContext | None = None
+        video = VideoRecording() if record_video else None
         try:
             context = await process.browser.new_context(
                 proxy={"server": proxy.url},
                 accept_downloads=True,
                 service_workers="block",
+                storage_state=storage_state.for_playwright() if storage_state else None,  # type: ignore[arg-type]
+                record_video_dir=str(video.folder) if video is not None else None,
             )
             page = await context.new_page()
         except BaseException:
@@ -227,6 +263,8 @@ class BrowserSession:
                 with contextlib.suppress(Exception):
                     await context.close()
             await proxy.close()
+            if video is not None:
+                video.discard()
             raise
         session = cls(
             process,
@@ -238,7 +276,10 @@ class BrowserSession:
             trace=trace,
             keep_screenshots=keep_screenshots,
             admission=admission,
+            video=video,
         )
+        if storage_state is not None:
+            session.state_secrets = storage_state.secrets()
         holder.append(session)
         session._watch()
         return session
@@ -260,6 +301,8 @@ class BrowserSession:
                 self._popup_seen.clear()
 
     def _watch_page(self, page: Page) -> None:
+        if self.video is not None:
+            self.video.watch(page)
         page.on("framenavigated", lambda frame: self._navigated(page, frame))
         # Only a new document fires it, also one at the same URL (a reload, a second
         # navigate to the page), which `framenavigated` cannot tell from a same-document move.
@@ -274,6 +317,21 @@ class BrowserSession:
         page.on("response", self.signals.response)
         page.on("dialog", lambda dialog: self._on_dialog(page, dialog))
         page.on("close", self._page_closed)
+        self._spawn(self._watch_windows(page))
+
+    async def _watch_windows(self, page: Page) -> None:
+        """Count the windows the page opens. Chromium's `Page.windowOpen` comes as the
+        page calls `window.open` (or follows a `target=_blank` link), before the action
+        that did it returns; Playwright's popup comes once set up and loaded, which under
+        load is long after. Without the count, an action cannot tell that a popup is on its
+        way. A browser without the event (not Chromium) leaves the popups uncounted."""
+        with contextlib.suppress(PlaywrightError):
+            cdp = await self.context.new_cdp_session(page)
+            cdp.on("Page.windowOpen", self._window_opening)
+            await cdp.send("Page.enable")
+
+    def _window_opening(self, _event: Any) -> None:
+        self._windows_opened += 1
 
     def _crashed(self, page: Page) -> None:
         if page is self.page:
@@ -356,25 +414,33 @@ class BrowserSession:
             self._restore_soon()
 
     def _console(self, message: ConsoleMessage) -> None:
-        self.signals.console(message, self.typed_secrets)
+        self.signals.console(message, self.typed_secrets | self.state_secrets)
         if self.identity is not None and message.type in ("error", "warning"):
             level: Level = "error" if message.type == "error" else "warning"
             self.sink.log(
                 self.identity.task_id,
                 level,
                 "browser.console",
-                {"text": message.text[:LOG_TEXT_CHARS], "page": self.url[:512]},
+                {"text": self._unsecret(message.text)[:LOG_TEXT_CHARS], "page": self.url[:512]},
             )
 
     def _page_error(self, error: PlaywrightError) -> None:
-        self.signals.page_error(str(error), self.url, self.typed_secrets)
+        self.signals.page_error(str(error), self.url, self.typed_secrets | self.state_secrets)
         if self.identity is not None:
             self.sink.log(
                 self.identity.task_id,
                 "error",
                 "browser.page",
-                {"error": str(error)[:LOG_TEXT_CHARS], "page": self.url[:512]},
+                {"error": self._unsecret(str(error))[:LOG_TEXT_CHARS], "page": self.url[:512]},
             )
+
+    def _unsecret(self, text: str) -> str:
+        """`text` without the values typed as secrets or given in the task's storage
+        state: the task's log goes to its agent's client as it happens."""
+        for value in self.typed_secrets | self.state_secrets:
+            if value:
+                text = text.replace(value, "[secret]")
+        return text
 
     def _new_document(self, page: Page) -> None:
         if page is self.page:
@@ -488,6 +554,8 @@ class BrowserSession:
         self._popup_seen.set()
         if popup in self.pages.values() or self._opening_own:
             return
+        self._windows_arrived += 1
+        self._window_arrived.set()
         if len(self.pages) >= MAX_PAGES:
             self._spawn(self._refuse_popup(popup, f"the task holds {MAX_PAGES} pages already"))
             return
@@ -807,6 +875,7 @@ class BrowserSession:
 
     async def _settle(self) -> None:
         """Let the action's direct consequences (popups, a restore) finish before judging."""
+        await self._windows_handed_over()
         # A popup's first request has been seen, the popup itself not yet: it is coming.
         if self._first_targets:
             with contextlib.suppress(TimeoutError):
@@ -820,6 +889,19 @@ class BrowserSession:
             self._restore_soon()
             assert self._restoring is not None
             await asyncio.wait([self._restoring], timeout=SETTLE_TIMEOUT_S)
+
+    async def _windows_handed_over(self) -> None:
+        """Wait, bounded, until every window the pages opened has come as a popup."""
+        if self._windows_arrived >= self._windows_opened:
+            return
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(POPUP_REGISTER_S):
+                while self._windows_arrived < self._windows_opened:
+                    self._window_arrived.clear()
+                    await self._window_arrived.wait()
+        # One that never came (a named window reused, one closed at once) is not waited
+        # for again by every later call.
+        self._windows_arrived = max(self._windows_arrived, self._windows_opened)
 
     def _denial(self, pending: list[Violation]) -> ToolFailure | None:
         """The origin_blocked failure for what the guard stopped since the last call, if any."""
@@ -874,10 +956,21 @@ class BrowserSession:
         document = self.document
         target = scope if scope is not None else page
         raw = await target.aria_snapshot(mode="ai", depth=depth, timeout=timeout_ms)
+        if empty_frames(raw):
+            refused = await self.frame_targets.refused(
+                page, raw, lambda url: page_url_allowed(url, self.origins)
+            )
+            raw = mark_refused_frames(raw, refused)
         if _TEXTBOX_WITH_VALUE in raw:
             held = await _secret_values(page)
             self.held_secrets |= held
             raw = mask_secrets(raw, self.typed_secrets | held)
+        for value in self.state_secrets:
+            # Wherever the page shows one (a token printed in its text, a field's value);
+            # then the trace's screenshots would show it too, so it keeps none.
+            if value in raw:
+                raw = raw.replace(value, "[secret]")
+                self.visible_secrets = True
         self._seq += 1
         # A navigation during the capture leaves the snapshot's refs stale from the start.
         snap = build_snapshot(
@@ -896,6 +989,7 @@ class BrowserSession:
     # -- what an action set off -----------------------------------------------------------
 
     def _request(self, request: Request) -> None:
+        self.frame_targets.request(request)
         if request.is_navigation_request() and request.frame == self.page.main_frame:
             self.navigations += 1
             self._navigating.add(request)
@@ -932,6 +1026,12 @@ class BrowserSession:
         with contextlib.suppress(Exception):
             await asyncio.wait_for(self.context.close(), CLOSE_TIMEOUT_S)
         await self.proxy.close()
+        videos: dict[str, Any] = {}
+        if self.video is not None:
+            # Finished by the context's closing; a lost browser's are gone with it.
+            if identity is not None and self.lost is None:
+                videos = await self.video.keep(identity, self.sink.put_artifact)
+            self.video.discard()
         for future in list(self._background):
             future.cancel()
         if self._restoring is not None:
@@ -944,6 +1044,7 @@ class BrowserSession:
             }
             if trace is not None:
                 data["trace"] = trace.public()
+            data.update(videos)
             with contextlib.suppress(Exception):
                 await self.sink.record(identity, "browser_closed", data)
 
@@ -961,7 +1062,7 @@ class BrowserSession:
             data = await asyncio.to_thread(
                 trace_scrub.scrub,
                 data,
-                self.typed_secrets | self.held_secrets,
+                self.typed_secrets | self.held_secrets | self.state_secrets,
                 drop_images=self.visible_secrets,
             )
             return await self.sink.put_artifact(identity, data, "trace.zip", "application/zip")

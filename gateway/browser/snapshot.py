@@ -19,6 +19,7 @@ the previous snapshot of the same document (`changes`).
 from __future__ import annotations
 
 import difflib
+import json
 import re
 from dataclasses import dataclass
 
@@ -190,6 +191,31 @@ def build_snapshot(
         total_chars=total,
         plain=plain,
     )
+
+
+# An iframe with nothing in it: a frame that did not load, or one the guard refused.
+_EMPTY_FRAME = re.compile(r"^(\s*)- iframe\b[^\n:]*\[ref=([a-z0-9]{1,32})\][^\n:]*$", re.M)
+
+
+def empty_frames(raw: str) -> list[str]:
+    """The Playwright refs of the iframes of `raw` that show no content."""
+    return [found.group(2) for found in _EMPTY_FRAME.finditer(raw)]
+
+
+def mark_refused_frames(raw: str, refused: dict[str, tuple[str, str]]) -> str:
+    """Each refused frame's line as `iframe "title" [refused: origin]`, by Playwright ref
+    (`refused`: ref -> (title, origin)); without a ref, as nothing in it can be acted on."""
+    if not refused:
+        return raw
+
+    def mark(found: re.Match[str]) -> str:
+        if found.group(2) not in refused:
+            return found.group(0)
+        title, origin = refused[found.group(2)]
+        name = f" {json.dumps(title[:80], ensure_ascii=False)}" if title else ""
+        return f"{found.group(1)}- iframe{name} [refused: {origin}]"
+
+    return _EMPTY_FRAME.sub(mark, raw)
 
 
 def mask_secrets(raw: str, values: set[str]) -> str:

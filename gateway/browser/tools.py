@@ -309,6 +309,7 @@ def tools(settings: Settings) -> list[Tool]:
             handler=wait_for,
             annotations=read,
             max_output_bytes=16 * 1024,
+            long_running=True,
             **common,
         ),
         Tool(

@@ -1,10 +1,13 @@
-"""The files `browser.upload` hands a page: read from the task's own workspace only.
+"""The files `browser.upload` hands a page: the task's own workspace files and artifacts.
 
 A path is one of the workspace's (relative, walked without following a link, a regular
-file: `gateway.workspace.paths`), never a path of the gateway's machine; the files of one
-call are bounded together (`GATEWAY_BROWSER_UPLOAD_MAX_BYTES`). The bytes go to the page
-as a buffer, so Chromium is never told a path either. Each file's size and sha256 go into
-the call's evidence.
+file: `gateway.workspace.paths`), never a path of the gateway's machine. An artifact is one
+of the task's own (a download it kept, a screenshot): another task's or organization's id
+is `not_found`, as one that does not exist, so an id says nothing about anyone else. The
+files of one call are bounded together (`GATEWAY_BROWSER_UPLOAD_MAX_BYTES`), an artifact
+by its recorded size before any byte of it is read. The bytes go to the page as a buffer,
+so Chromium is never told a path either. Each file's size and sha256 go into the call's
+evidence.
 """
 
 from __future__ import annotations
@@ -12,15 +15,20 @@ from __future__ import annotations
 import hashlib
 import mimetypes
 import os
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
 from typing import Any
 
-from gateway.errors import ToolFailure
+from gateway.errors import NotFound, ToolFailure
 from gateway.identity import TaskIdentity
 from gateway.registry import ToolContext
 from gateway.results import ErrorCode, ToolStatus
+from gateway.store.artifacts import ArtifactRef
 from gateway.workspace.paths import Workspace, split_path
 from gateway.workspace.tools import Workspaces
+
+# What the store names an artifact (`gateway.store.database.new_id("art")`).
+ARTIFACT_ID_PATTERN = r"^art_[0-9a-f]{20}$"
 
 
 @dataclass(frozen=True)
@@ -28,6 +36,8 @@ class Upload:
     name: str
     path: str
     data: bytes
+    # Where it came from besides a workspace path: `{"artifact_id": ...}`.
+    source: dict[str, str] = field(default_factory=dict)
 
     def payload(self) -> dict[str, Any]:
         media = mimetypes.guess_type(self.name)[0] or "application/octet-stream"
@@ -35,7 +45,7 @@ class Upload:
 
     def public(self) -> dict[str, Any]:
         return {
-            "path": self.path,
+            **(self.source or {"path": self.path}),
             "size": len(self.data),
             "sha256": hashlib.sha256(self.data).hexdigest(),
         }
@@ -86,4 +96,27 @@ def workspace_files(
         upload = _read(ws, path, room, limit)
         room -= len(upload.data)
         files.append(upload)
+    return files
+
+
+async def artifact_files(
+    identity: TaskIdentity,
+    artifact_ids: list[str],
+    room: int,
+    limit: int,
+    *,
+    get: Callable[[str], Awaitable[ArtifactRef]],
+    read: Callable[[ArtifactRef], Awaitable[bytes]],
+) -> list[Upload]:
+    """The named artifacts of the task itself, within `room` of the `limit` bytes."""
+    files: list[Upload] = []
+    for artifact_id in artifact_ids:
+        ref = await get(artifact_id)
+        if ref.task_id != identity.task_id or ref.org_id != identity.org_id:
+            raise NotFound("no such artifact")
+        if ref.size > room:
+            raise _too_large(limit - room + ref.size, limit)
+        data = await read(ref)  # checked against its sha256 on the way
+        room -= len(data)
+        files.append(Upload(ref.name, ref.name, data, {"artifact_id": ref.id, "name": ref.name}))
     return files

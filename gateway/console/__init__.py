@@ -11,7 +11,9 @@ from __future__ import annotations
 
 from starlette.routing import BaseRoute
 
+from gateway.approvals.channels import ApprovalPage
 from gateway.console.access import HostCheck, HostSignIn, Viewer, host_viewer
+from gateway.console.pages import BASE
 from gateway.console.routes import routes
 from gateway.runtime import Gateway
 
@@ -19,4 +21,6 @@ __all__ = ["HostCheck", "HostSignIn", "Viewer", "host_viewer", "install"]
 
 
 def install(gw: Gateway) -> list[BaseRoute]:
+    # The page an MCP client's URL-mode elicitation links to, on the gateway's own host.
+    gw.services.provide(ApprovalPage, ApprovalPage(f"{gw.settings.base_url}{BASE}/approvals/"))
     return routes(gw)

@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from gateway.browser.video import MEDIA_TYPE as VIDEO_MEDIA_TYPE
 from gateway.console import pages
 from gateway.console.timeline import Entry
 
@@ -37,6 +38,8 @@ def _json(value: Any) -> bytes:
 def archive_name(artifact: Artifact) -> str:
     if artifact.media_type.startswith("image/"):
         return f"screenshots/{artifact.artifact_id}.png"
+    if artifact.media_type == VIDEO_MEDIA_TYPE:
+        return f"videos/{artifact.artifact_id}.webm"
     if artifact.name.endswith(".zip"):
         return f"traces/{artifact.artifact_id}.zip"
     return f"artifacts/{artifact.artifact_id}"

@@ -64,6 +64,12 @@ def console_links(task_id: str) -> Links:
     )
 
 
+def video_link(task_id: str, artifact_id: str) -> str:
+    """Where the console serves a video of the task browser."""
+    tid, art = quote(task_id, safe=""), quote(artifact_id, safe="")
+    return f"{BASE}/tasks/{tid}/videos/{art}/video.webm"
+
+
 def layout(title: str, body: str, *, viewer: str = "", csrf: str = "", page: str = "") -> str:
     signed = (
         f'<span class="viewer" data-testid="viewer">{e(viewer)}</span>'
@@ -292,6 +298,21 @@ def approval_card(approval: Mapping[str, Any]) -> str:
     )
 
 
+def approval_page(approval: Mapping[str, Any], task_id: str, *, viewer: str, csrf: str) -> str:
+    """One approval on a page of its own: where a link given to an agent's client leads.
+    The same card, armed by the same rule, as on the task's page."""
+    body = (
+        f'<article class="approval-page" data-task-id="{e(task_id)}">'
+        f"<h1>Approval asked by task {e(task_id)}</h1>"
+        "<p>An agent's call waits for this answer. Check what it would approve; the agent "
+        "cannot answer it, and one answer, the first, counts.</p>"
+        f"{approval_card(approval)}"
+        f'<p><a href="{BASE}/tasks/{quote(task_id, safe="")}">The whole task</a></p>'
+        "</article>"
+    )
+    return layout("Approval", body, viewer=viewer, csrf=csrf, page="approval")
+
+
 def metrics_html(metrics: Mapping[str, Any], pending: int) -> str:
     cells = [
         ("calls", metrics["calls"]),
@@ -318,14 +339,18 @@ def task_page(
     traces: Sequence[Mapping[str, Any]],
     manifest: Mapping[str, Any] | None,
     last_seq: int,
-    truncated: bool,
+    videos: Sequence[Mapping[str, Any]] = (),
     viewer: str,
     csrf: str,
+    origin: float | None = None,
+    older_before: int | None = None,
+    newer_after: int | None = None,
 ) -> str:
     tid = str(task["task_id"])
     tq = quote(tid, safe="")
     links = console_links(tid)
-    start = entries[0].at if entries else None
+    # Offsets are from the task's first record, whichever page this is.
+    start = origin if origin is not None else (entries[0].at if entries else None)
     pending = [a for a in approvals if a.get("status") == "pending"]
     facts = (
         "<dl class='facts'>"
@@ -351,24 +376,30 @@ def task_page(
             f'· <a href="{e(trace_url)}" download>download trace.zip</a> '
             f"({int(trace.get('size', 0)) // 1024} KiB)</li>"
         )
+    for video in videos:
+        video_url = video_link(tid, str(video["artifact_id"]))
+        recording_items.append(
+            f'<li><video controls preload="metadata" src="{e(video_url)}" '
+            f'data-testid="video" data-artifact="{e(video["artifact_id"])}"></video>'
+            f'<br><a href="{e(video_url)}" download>download video.webm</a> '
+            f"({int(video.get('size', 0)) // 1024} KiB)</li>"
+        )
     recording = (
-        f"<ul>{''.join(recording_items)}</ul>"
+        f"<ul class='recording'>{''.join(recording_items)}</ul>"
         if recording_items
-        else "<p class='empty'>No trace yet: the task browser's trace is kept when its "
-        "context closes (the task ends or idles), with GATEWAY_BROWSER_TRACE on.</p>"
+        else "<p class='empty'>No recording yet: the task browser's trace (with "
+        "GATEWAY_BROWSER_TRACE on) and its video (for a task created with record_video) "
+        "are kept when its context closes (the task ends or idles).</p>"
     )
     manifest_html = (
         f"<pre data-testid='manifest'>{e(as_json(manifest))}</pre>"
         if manifest
         else "<p class='empty'>The task's app was not provisioned by the gateway.</p>"
     )
-    more = (
-        "<p class='empty'>Only the first records are shown here; the export holds them all.</p>"
-        if truncated
-        else ""
-    )
+    pager = _pager(tid, older_before, newer_after)
     body = (
-        f'<article class="task" data-task-id="{e(tid)}" data-last-seq="{last_seq}">'
+        f'<article class="task" data-task-id="{e(tid)}" data-last-seq="{last_seq}" '
+        f'data-follow="{"false" if newer_after is not None else "true"}">'
         f"<h1>Task <code>{e(tid)}</code></h1>{facts}"
         f'<section class="metrics" data-testid="metrics">{metrics_html(metrics, len(pending))}'
         "</section>"
@@ -380,10 +411,29 @@ def task_page(
         'data-testid="export">Download the task as one archive</a> (timeline as JSON and '
         "HTML, screenshots, traces, manifest).</p></section>"
         f"<section><h2>Sandbox manifest</h2>{manifest_html}</section></div>"
-        f'<h2>Timeline</h2>{more}<ol class="timeline" data-testid="timeline">'
-        f"{entries_html(entries, links, start)}</ol></article>"
+        f'<h2>Timeline</h2>{pager}<ol class="timeline" data-testid="timeline">'
+        f"{entries_html(entries, links, start)}</ol>{pager}</article>"
     )
     return layout(f"Task {tid}", body, viewer=viewer, csrf=csrf, page="task")
+
+
+def _pager(task_id: str, older_before: int | None, newer_after: int | None) -> str:
+    """Links to the pages of the timeline around this one, by their cursors."""
+    if older_before is None and newer_after is None:
+        return ""
+    here = f"{BASE}/tasks/{quote(task_id, safe='')}"
+    links = []
+    if older_before is not None:
+        links.append(
+            f'<a href="{e(here)}?before={older_before}" rel="prev" data-testid="older">'
+            "older records</a>"
+        )
+    if newer_after is not None:
+        links.append(
+            f'<a href="{e(here)}?after={newer_after}" rel="next" data-testid="newer">'
+            "newer records</a>"
+        )
+    return f'<nav class="pager">{" · ".join(links)}</nav>'
 
 
 def archive_timeline(

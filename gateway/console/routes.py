@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 from urllib.parse import parse_qs, quote
 
@@ -24,7 +25,8 @@ from starlette.responses import (
 from starlette.routing import BaseRoute, Route
 
 from gateway.approvals.broker import Decision
-from gateway.console import export, pages, timeline, trace_viewer
+from gateway.browser.video import MEDIA_TYPE as VIDEO_MEDIA_TYPE
+from gateway.console import byte_range, export, pages, timeline, trace_viewer
 from gateway.console.access import COOKIE, SESSION_MAX_AGE_S, ConsoleAccess, HostSignIn, Viewer
 from gateway.errors import (
     AuthError,
@@ -40,7 +42,7 @@ from gateway.runtime import Gateway
 from gateway.store.artifacts import ArtifactRef
 from gateway.store.tasks import TaskRecord
 
-# A timeline page shows this many records at most; the export holds them all.
+# A page of a task's timeline shows this many records; older and newer pages the rest.
 PAGE_RECORDS = 5000
 LIVE_RECORDS = 500
 SIGN_IN_BODY_MAX = 4096
@@ -48,10 +50,25 @@ SIGN_IN_BODY_MAX = 4096
 MAX_SEQ = 2**63 - 1
 # What the console's own pages may load: their own files, nothing from elsewhere.
 PAGE_POLICY = (
-    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; "
+    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; media-src 'self'; "
     "connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
 )
 STATIC_TYPES = {".js": "text/javascript", ".css": "text/css"}
+
+
+@dataclass(frozen=True)
+class Window:
+    """One page of a task's timeline, and the cursors of the pages around it."""
+
+    records: list[dict[str, Any]]
+    after: int
+    # `?before=` of the older page, `?after=` of the newer one; None: there is none.
+    older_before: int | None
+    newer_after: int | None
+
+    @property
+    def whole(self) -> bool:
+        return self.older_before is None and self.newer_after is None
 
 
 class ConsoleAnswer(BaseModel):
@@ -236,22 +253,75 @@ def routes(gw: Gateway) -> list[BaseRoute]:
         return records[:limit], len(records) > limit
 
     async def task_page(request: Request, viewer: Viewer) -> Response:
+        """A page of the task's timeline: the `PAGE_RECORDS` records after `after` (the
+        first ones by default), or the ones just before `before`, with links to the older
+        and newer pages. Only its newest page follows the task live."""
         record = await visible_task(viewer, request.path_params["task_id"])
-        task_id = record.identity.task_id
-        records, truncated = await gathered(record, PAGE_RECORDS)
+        identity = record.identity
+        org_id, task_id = identity.org_id, identity.task_id
+        window = await timeline_window(request, record)
+        records = window.records
+        # The metrics are of the task's first records on every page, as the live poll's.
+        first = (
+            records if window.older_before is None else (await gathered(record, PAGE_RECORDS))[0]
+        )
+        # The recording and the manifest are the task's, wherever their records fall.
+        whole = records if window.whole else await recording_records(record)
+        if window.newer_after is None:
+            last_seq = records[-1]["seq"] if records else window.after
+        else:
+            # Not the newest page: the live poll brings counts and approvals, no entries.
+            newest = await gw.store.evidence_for(org_id, task_id, before=MAX_SEQ, limit=1)
+            last_seq = newest[-1]["seq"] if newest else 0
+        start = timeline.entries(first[:1])
         html = pages.task_page(
             gw.tasks.describe(record),
             timeline.entries(records),
-            metrics=timeline.call_metrics(records),
+            metrics=timeline.call_metrics(first),
             approvals=await gw.approvals.listing(task_id),
-            traces=timeline.traces(records),
-            manifest=timeline.manifest(records),
-            last_seq=records[-1]["seq"] if records else 0,
-            truncated=truncated,
+            traces=timeline.traces(whole),
+            manifest=timeline.manifest(whole),
+            videos=timeline.videos(whole),
+            last_seq=last_seq,
             viewer=viewer.id,
             csrf=access.csrf_token(viewer),
+            origin=start[0].at if start else None,
+            older_before=window.older_before,
+            newer_after=window.newer_after,
         )
         return HTMLResponse(html)
+
+    async def recording_records(record: TaskRecord) -> list[dict[str, Any]]:
+        identity = record.identity
+        return await gw.store.evidence_of_kinds(
+            identity.org_id, identity.task_id, timeline.RECORDING_KINDS
+        )
+
+    async def timeline_window(request: Request, record: TaskRecord) -> Window:
+        identity = record.identity
+        org_id, task_id = identity.org_id, identity.task_id
+        params = request.query_params
+        if "after" in params and "before" in params:
+            raise InvalidInput("a page of the timeline is asked for by after or before, not both")
+        if "before" in params:
+            before = query_int(request, "before", MAX_SEQ, low=1, high=MAX_SEQ)
+            records = await gw.store.evidence_for(
+                org_id, task_id, before=before, limit=PAGE_RECORDS
+            )
+            after = records[0]["seq"] - 1 if records else 0
+        else:
+            after = query_int(request, "after", 0, low=0, high=MAX_SEQ)
+            records = await gw.store.evidence_for(org_id, task_id, after=after, limit=PAGE_RECORDS)
+        low = records[0]["seq"] if records else after + 1
+        older = await gw.store.evidence_for(org_id, task_id, before=low, limit=1)
+        high = records[-1]["seq"] if records else after
+        newer = await gw.store.evidence_for(org_id, task_id, after=high, limit=1)
+        return Window(
+            records,
+            after=after,
+            older_before=low if older else None,
+            newer_after=high if newer and records else None,
+        )
 
     async def task_live(request: Request, viewer: Viewer) -> Response:
         """What changed since `after`: new timeline entries (rendered), the counts, and
@@ -327,6 +397,25 @@ def routes(gw: Gateway) -> list[BaseRoute]:
         )
         return JSONResponse(done.public())
 
+    async def approval_page(request: Request, viewer: Viewer) -> Response:
+        """One approval, by its id alone: the page a URL-mode elicitation links to. Seen by
+        whoever may see its task (another organization's is 404), answered through the
+        same route, broker and one-answer rule as the task page's cards."""
+        approval_id = request.path_params["approval_id"]
+        task_id = await gw.store.approval_task(approval_id)
+        if task_id is None:
+            raise NotFound("no such approval")
+        record = await visible_task(viewer, task_id)
+        found = [
+            a for a in await gw.approvals.listing(task_id) if a.get("approval_id") == approval_id
+        ]
+        if not found:
+            raise NotFound("no such approval")
+        html = pages.approval_page(
+            found[0], record.identity.task_id, viewer=viewer.id, csrf=access.csrf_token(viewer)
+        )
+        return HTMLResponse(html)
+
     # -- artifacts, traces, the viewer, the export -------------------------------------
 
     async def artifact(request: Request, viewer: Viewer) -> Response:
@@ -355,7 +444,7 @@ def routes(gw: Gateway) -> list[BaseRoute]:
         # the console's origin: never another zip of the task (a download the agent's
         # browser kept is the app's, or a hostile site's).
         record = await visible_task(viewer, task_id)
-        recorded = {t["artifact_id"] for t in timeline.traces(await _all_evidence(gw, record))}
+        recorded = {t["artifact_id"] for t in timeline.traces(await recording_records(record))}
         if ref.media_type != "application/zip" or artifact_id not in recorded:
             raise NotFound("no such trace")
         return StreamingResponse(
@@ -366,6 +455,40 @@ def routes(gw: Gateway) -> list[BaseRoute]:
                 "X-Content-SHA256": ref.sha256,
                 "X-Content-Type-Options": "nosniff",
             },
+        )
+
+    async def video(request: Request, viewer: Viewer) -> Response:
+        task_id, artifact_id = request.path_params["task_id"], request.path_params["artifact_id"]
+        ref = await task_artifact(viewer, task_id, artifact_id)
+        # Only a video the gateway recorded of the task's browser plays on the console's
+        # origin: never another file of the task served as one.
+        record = await visible_task(viewer, task_id)
+        recorded = {v["artifact_id"] for v in timeline.videos(await recording_records(record))}
+        if ref.media_type != VIDEO_MEDIA_TYPE or artifact_id not in recorded:
+            raise NotFound("no such video")
+        headers = {
+            "X-Content-SHA256": ref.sha256,
+            "X-Content-Type-Options": "nosniff",
+            "Content-Security-Policy": "sandbox; default-src 'none'",
+            "Accept-Ranges": "bytes",
+        }
+        try:
+            wanted = byte_range.parse(request.headers.get("range"), ref.size)
+        except byte_range.Unsatisfiable:
+            headers["Content-Range"] = f"bytes */{ref.size}"
+            return Response(status_code=416, headers=headers)
+        chunks = await gw.store.stream_artifact(ref)
+        if wanted is None:
+            headers["Content-Length"] = str(ref.size)
+            return StreamingResponse(chunks, media_type=VIDEO_MEDIA_TYPE, headers=headers)
+        start, end = wanted
+        headers["Content-Length"] = str(end - start + 1)
+        headers["Content-Range"] = f"bytes {start}-{end}/{ref.size}"
+        return StreamingResponse(
+            byte_range.sliced(chunks, start, end),
+            status_code=206,
+            media_type=VIDEO_MEDIA_TYPE,
+            headers=headers,
         )
 
     async def viewer_file(request: Request, viewer: Viewer) -> Response:
@@ -413,6 +536,7 @@ def routes(gw: Gateway) -> list[BaseRoute]:
         Route(f"{base}/api/tasks", api(tasks_json), methods=["GET"]),
         Route(f"{base}/tasks/{{task_id}}", page(task_page), methods=["GET"]),
         Route(f"{base}/api/tasks/{{task_id}}/live", api(task_live), methods=["GET"]),
+        Route(f"{base}/approvals/{{approval_id}}", page(approval_page), methods=["GET"]),
         Route(
             f"{base}/api/tasks/{{task_id}}/approvals/{{approval_id}}",
             api(answer),
@@ -424,6 +548,11 @@ def routes(gw: Gateway) -> list[BaseRoute]:
         Route(
             f"{base}/tasks/{{task_id}}/traces/{{artifact_id}}/trace.zip",
             api(trace),
+            methods=["GET"],
+        ),
+        Route(
+            f"{base}/tasks/{{task_id}}/videos/{{artifact_id}}/video.webm",
+            api(video),
             methods=["GET"],
         ),
         Route(f"{base}/tasks/{{task_id}}/export.zip", api(export_task), methods=["GET"]),

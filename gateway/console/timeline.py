@@ -17,6 +17,9 @@ GUARD_REFUSALS = frozenset({"origin_blocked"})
 MANIFEST_KIND = "sandbox-manifest/v1"
 # A call turned away before it ran, for want of room (the evidence writer or the browser).
 SHED_CODES = frozenset({"overloaded"})
+# The records that name the task's recording (traces, videos) and its manifest.
+CLOSING_KIND = "browser_closed"
+RECORDING_KINDS = (CLOSING_KIND, MANIFEST_KIND)
 
 
 @dataclass
@@ -173,8 +176,11 @@ def _event(record: Mapping[str, Any], seq: int) -> Entry:
             entry.title = f"{kind}: {aggregate['count']} more, aggregated"
     elif kind == MANIFEST_KIND or kind.startswith("sandbox."):
         entry.category = "sandbox"
-    elif kind == "browser_closed":
+    elif kind == CLOSING_KIND:
         entry.category = "recording"
+        refused = data.get("video_refused")
+        if isinstance(refused, list) and refused:
+            entry.title = f"{kind}: {'; '.join(str(r) for r in refused)}"
     elif aggregate is not None:
         entry.title = f"{kind}: {aggregate['count']} more, aggregated"
     return entry
@@ -206,10 +212,22 @@ def traces(records: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
     found = []
     for record in records:
         data = record.get("data")
-        if record.get("kind") == "browser_closed" and isinstance(data, Mapping):
+        if record.get("kind") == CLOSING_KIND and isinstance(data, Mapping):
             trace = data.get("trace")
             if isinstance(trace, Mapping) and isinstance(trace.get("artifact_id"), str):
                 found.append(trace)
+    return found
+
+
+def videos(records: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """The videos kept of the task's browser pages (`record_video`), oldest first."""
+    found = []
+    for record in records:
+        data = record.get("data")
+        if record.get("kind") == CLOSING_KIND and isinstance(data, Mapping):
+            for video in data.get("videos") or []:
+                if isinstance(video, Mapping) and isinstance(video.get("artifact_id"), str):
+                    found.append(video)
     return found
 
 

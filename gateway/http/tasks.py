@@ -9,6 +9,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import BaseRoute, Route
 
+from gateway.browser.video import MEDIA_TYPE as VIDEO_MEDIA_TYPE
 from gateway.errors import NotFound
 from gateway.http import approvals
 from gateway.http.edge import Access, bearer, parse_body, query_int, read_json
@@ -90,6 +91,10 @@ def routes(gw: Gateway) -> list[BaseRoute]:
         reader = None if access.is_control(bearer(request)) else await access.task_identity(request)
         ref = await gw.store.get_artifact(request.path_params["artifact_id"])
         if reader is not None and reader.task_id != ref.task_id:
+            raise NotFound("no such artifact")
+        if reader is not None and ref.media_type == VIDEO_MEDIA_TYPE:
+            # A video of the task browser is for the people at the console: it shows
+            # whatever the pages showed, which a task's own token is not to take away.
             raise NotFound("no such artifact")
         # Streamed: the gateway never holds a large artifact whole. A missing object is an
         # error answer here, before the first byte; a stream whose bytes turn out wrong is cut

@@ -11,6 +11,9 @@ names:
 - `untrustedContentHint` becomes `openWorldHint`: its output carries content from outside
   the product (a web page, a file), which a model should not take as instructions.
 - `idempotentHint`: the tool has no side effects, so calling it again changes nothing more.
+
+A tool that can run long (`Tool.long_running`) is listed with `execution.taskSupport:
+"optional"` when the door serves tasks: a client may run it as a task it polls.
 """
 
 from __future__ import annotations
@@ -22,8 +25,10 @@ import mcp_types as types
 from gateway.identity import TaskIdentity
 from gateway.registry import Registry
 
+TASK_SUPPORT = types.ToolExecution(task_support="optional")
 
-def mcp_tool(entry: dict[str, Any]) -> types.Tool:
+
+def mcp_tool(entry: dict[str, Any], *, as_task: bool = False) -> types.Tool:
     hints = entry.get("annotations", {})
     return types.Tool(
         name=entry["name"],
@@ -37,12 +42,14 @@ def mcp_tool(entry: dict[str, Any]) -> types.Tool:
             idempotent_hint=not entry.get("side_effects", False),
             open_world_hint=bool(hints.get("untrustedContentHint", False)),
         ),
+        execution=TASK_SUPPORT if as_task else None,
     )
 
 
 class McpCatalog:
-    def __init__(self, registry: Registry) -> None:
+    def __init__(self, registry: Registry, *, tasks_offered: bool = False) -> None:
         self.registry = registry
+        self.tasks_offered = tasks_offered
         # name -> (the registry entry it was made from, the MCP tool)
         self._converted: dict[str, tuple[dict[str, Any], types.Tool]] = {}
 
@@ -53,7 +60,9 @@ class McpCatalog:
         known = self._converted.get(entry["name"])
         if known is not None and known[0] is entry:
             return known[1]
-        tool = mcp_tool(entry)
+        found = self.registry.get(entry["tool_id"])
+        as_task = self.tasks_offered and found is not None and found.long_running
+        tool = mcp_tool(entry, as_task=as_task)
         self._converted[entry["name"]] = (entry, tool)
         return tool
 

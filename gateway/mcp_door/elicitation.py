@@ -2,9 +2,12 @@
 
 Whatever the agent's client runs answers a form, so a form is put only where a form may
 decide (`gateway.approvals.channels`): one call inside the task's grant, approved once or
-refused. For anything beyond that, a client that declared URL mode is given a link to the
-task's dashboard, where the tab shows the request and a person answers it with real input
-events; the client's reply to a link means only that it was shown, never a decision.
+refused. For anything beyond that, a client that declared URL mode is given a link (`link_for`):
+to the task's dashboard where the tab may answer (the tab shows the request and a person
+answers it with real input events), else to the gateway's own approval page, where the
+control plane's party answers behind the console's sign-in (a need `by: "control"`, or a
+call the tab may not approve). The client's reply to a link means only that it was shown,
+never a decision, and no link is a form: nothing the agent's client sends answers it.
 Nothing else is sent: the other channels (the tab, the control plane) still answer.
 
 Used when the client declared the `elicitation` capability (the bare capability means
@@ -19,7 +22,12 @@ from typing import Any
 
 from mcp.server.context import ServerRequestContext
 
-from gateway.approvals.channels import form_may_answer, tab_may_answer
+from gateway.approvals.channels import (
+    ApprovalPage,
+    console_may_answer,
+    form_may_answer,
+    tab_may_answer,
+)
 from gateway.mcp_door.bearer import identity_of
 from gateway.ports import Elicit
 
@@ -53,6 +61,22 @@ def link_message(request: Mapping[str, Any], page: str) -> str:
     )
 
 
+def link_for(
+    request: Mapping[str, Any], dashboard: str | None, console: ApprovalPage | None
+) -> tuple[str, str] | None:
+    """The (url, message) of a URL-mode elicitation for `request`, or None: where a person
+    answers what the agent's client may not."""
+    if dashboard and tab_may_answer(request):
+        return dashboard, link_message(request, dashboard)
+    if console is not None and console_may_answer(request):
+        url = console.url(str(request["approval_id"]))
+        return url, (
+            f"{request['tool']} waits for the control plane's approval, given on the "
+            f"gateway's approval page ({url}) by someone signed in there, not here."
+        )
+    return None
+
+
 def choice_of(action: str, content: Mapping[str, Any] | None) -> tuple[str, str] | None:
     """A form's reply as (decision, scope); None when it decides nothing."""
     if action == "decline":
@@ -62,7 +86,9 @@ def choice_of(action: str, content: Mapping[str, Any] | None) -> tuple[str, str]
     return CHOICES.get(str(content.get("decision")))
 
 
-def elicitor(ctx: ServerRequestContext[Any, Any]) -> Elicit | None:
+def elicitor(
+    ctx: ServerRequestContext[Any, Any], console: ApprovalPage | None = None
+) -> Elicit | None:
     """How this request's client can be asked, or None when it cannot."""
     session = ctx.session
     declared = session.client_capabilities
@@ -80,12 +106,11 @@ def elicitor(ctx: ServerRequestContext[Any, Any]) -> Elicit | None:
                 message_of(request), FORM, related_request_id=ctx.request_id
             )
             return choice_of(answer.action, answer.content)
-        if by_url and page and tab_may_answer(request):
+        link = link_for(request, page, console) if by_url else None
+        if link is not None:
+            url, message = link
             await session.elicit_url(
-                link_message(request, page),
-                page,
-                str(request["approval_id"]),
-                related_request_id=ctx.request_id,
+                message, url, str(request["approval_id"]), related_request_id=ctx.request_id
             )
         return None
 

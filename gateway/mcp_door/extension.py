@@ -21,10 +21,12 @@ from mcp.server.streamable_http_manager import StreamableHTTPASGIApp, Streamable
 from mcp.server.transport_security import TransportSecuritySettings
 from starlette.routing import BaseRoute, Route
 
+from gateway.approvals.channels import ApprovalPage
 from gateway.errors import GatewayError
 from gateway.http.hosts import HostPolicy
 from gateway.identity import TaskIdentity
 from gateway.mcp_door.bearer import BearerFront
+from gateway.mcp_door.call_tasks import CallTasks
 from gateway.mcp_door.catalog import McpCatalog
 from gateway.mcp_door.dispatch import TransportDispatch
 from gateway.mcp_door.images import ImageReader
@@ -42,9 +44,12 @@ class McpDoor:
     """The parts of one gateway's MCP door (provided as a service, for tests and tools)."""
 
     def __init__(self, gw: Gateway) -> None:
-        self.catalog = McpCatalog(gw.registry)
         # Calls of 2026-07-28 clients waiting for the retry that answers their approval.
         self.parked_calls = ParkedCalls(enabled=not gw.settings.clustered)
+        # Long calls run as tasks a client polls; on a cluster's node a poll could reach a
+        # node that holds nothing, so there tasks are not offered.
+        self.call_tasks = CallTasks(enabled=not gw.settings.clustered)
+        self.catalog = McpCatalog(gw.registry, tasks_offered=self.call_tasks.enabled)
         self.server = build_server(
             gw.pipeline,
             self.catalog,
@@ -52,6 +57,9 @@ class McpDoor:
             resources=ArtifactResources(gw.store),
             task_log=gw.task_log,
             parked_calls=self.parked_calls,
+            call_tasks=self.call_tasks,
+            # Read when asked: the console provides its page once it is installed.
+            approval_page=lambda: gw.services.find(ApprovalPage),
         )
         # Host and Origin are checked by the bearer front, before the token.
         unguarded = TransportSecuritySettings(enable_dns_rebinding_protection=False)
@@ -85,6 +93,7 @@ class McpDoor:
 
     async def task_ended(self, task_id: str, reason: str) -> None:
         self.front.forget(task_id)
+        self.call_tasks.forget(task_id)
         await self.sessions.close_task(task_id, reason)
 
 

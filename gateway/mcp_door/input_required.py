@@ -8,7 +8,8 @@ and the result's `requestState`. For a call that waits for a person this door do
   any call waits, so the task's tab or control plane can still answer it;
 - the first answer is an `InputRequiredResult` whose one input request is what an
   elicitation would have asked (a form for one call inside the grant, else a URL-mode
-  link to the dashboard: `gateway.mcp_door.elicitation`), and whose `requestState` is an
+  link to the dashboard or the gateway's approval page: `gateway.mcp_door.elicitation`),
+  and whose `requestState` is an
   unguessable handle;
 - a retry is matched to its parked call by that handle, and only by the same task for the
   same tool and the same arguments (the approval itself is bound to the validated input's
@@ -33,8 +34,8 @@ from typing import Any
 
 import mcp_types as types
 
-from gateway.approvals.channels import form_may_answer, tab_may_answer
-from gateway.mcp_door.elicitation import FORM, choice_of, link_message, message_of
+from gateway.approvals.channels import ApprovalPage, form_may_answer
+from gateway.mcp_door.elicitation import FORM, choice_of, link_for, message_of
 from gateway.results import ToolResult
 
 INPUT_KEY = "approval"
@@ -64,6 +65,8 @@ class Parked:
     by_form: bool
     by_url: bool
     page: str
+    # The gateway's approval page, for what only the control plane's party may answer.
+    console: ApprovalPage | None = None
     # The running call (set once started) and how to tell it its client went away.
     call: asyncio.Future[ToolResult] | None = None
     cancel: asyncio.Event = field(default_factory=asyncio.Event)
@@ -102,11 +105,11 @@ class Parked:
                     message=message_of(request), requested_schema=FORM
                 )
             )
-        if self.by_url and self.page and tab_may_answer(request):
+        link = link_for(request, self.page, self.console) if self.by_url else None
+        if link is not None:
+            url, message = link
             return types.ElicitRequest(
-                params=types.ElicitRequestURLParams(
-                    message=link_message(request, self.page), url=self.page
-                )
+                params=types.ElicitRequestURLParams(message=message, url=url)
             )
         return None
 

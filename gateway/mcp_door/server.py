@@ -11,13 +11,16 @@ request that carried the message (put there by the bearer front), never from the
   stream of a 2026 request) the SDK cancels this handler; the pipeline call runs in a task
   of its own and is told through its cancel event, so the tool handler is cancelled (and
   whatever UI action it waits on with it) and the call still ends in one recorded
-  `failed`/`cancelled` result.
+  `failed`/`cancelled` result;
+- with `params.task`, a long-running tool's call runs as an MCP task instead
+  (`task_requests.py`), through the same pipeline and the same rendering.
 """
 
 from __future__ import annotations
 
 import asyncio
 import warnings
+from collections.abc import Callable
 from typing import Any
 
 import anyio
@@ -27,15 +30,19 @@ from mcp.server.lowlevel import Server
 from mcp.shared.exceptions import MCPDeprecationWarning, MCPError
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
+from gateway.approvals.channels import ApprovalPage
 from gateway.errors import NotFound
 from gateway.identity import TaskIdentity
+from gateway.mcp_door import task_requests
 from gateway.mcp_door.bearer import identity_of
+from gateway.mcp_door.call_tasks import CallTasks
 from gateway.mcp_door.catalog import McpCatalog
 from gateway.mcp_door.elicitation import elicitor
 from gateway.mcp_door.images import ImageReader, image_block
 from gateway.mcp_door.input_required import Parked, ParkedCalls, StaleState, arguments_digest
 from gateway.mcp_door.rendering import render
 from gateway.mcp_door.resources import ArtifactResources
+from gateway.mcp_door.task_requests import TaskServer
 from gateway.ports import CallRunner, Elicit
 from gateway.registry import ProgressFn
 from gateway.results import Door, ToolResult
@@ -102,6 +109,7 @@ def parks_for(
     identity: TaskIdentity,
     params: types.CallToolRequestParams,
     parked_calls: ParkedCalls,
+    console: ApprovalPage | None = None,
 ) -> Parked | None:
     """A parked call for a client that can be asked only by an `input_required` result
     (the 2026-07-28 protocol, with elicitation declared), or None."""
@@ -120,6 +128,7 @@ def parks_for(
         by_form=declared.elicitation.form is not None or not by_url,
         by_url=by_url,
         page=identity.sandbox.app_origin,
+        console=console,
     )
 
 
@@ -144,8 +153,33 @@ def build_server(
     resources: ArtifactResources | None = None,
     task_log: TaskLog | None = None,
     parked_calls: ParkedCalls | None = None,
+    call_tasks: CallTasks | None = None,
+    approval_page: Callable[[], ApprovalPage | None] = lambda: None,
 ) -> Server[Any]:
     parked_calls = parked_calls if parked_calls is not None else ParkedCalls()
+
+    async def answer(
+        outcome: ToolResult, identity: TaskIdentity, name: str
+    ) -> types.CallToolResult:
+        image = await image_block(outcome, identity, images) if images is not None else None
+        tool = catalog.registry.get(name)
+        return render(outcome, image, text_output=tool is not None and tool.text_output)
+
+    async def run_as_task(
+        identity: TaskIdentity, params: types.CallToolRequestParams, cancel: asyncio.Event
+    ) -> types.CallToolResult:
+        meta = dict(params.meta) if params.meta else None
+        outcome = await calls.call(
+            identity,
+            params.name,
+            params.arguments,
+            door=Door.MCP,
+            idempotency_key=idempotency_key(meta),
+            # The exchange that asked is over: a person answers in the tab or the control
+            # plane, and the task's client polls.
+            cancel=cancel,
+        )
+        return await answer(outcome, identity, params.name)
 
     async def list_tools(
         ctx: Context, _params: types.PaginatedRequestParams | None
@@ -168,7 +202,9 @@ def build_server(
                 raise MCPError(INVALID_PARAMS, str(exc)) from None
             parked.answer(params.input_responses)
             outcome = await until_answered(parked)
-        elif (parked := parks_for(ctx, identity, params, parked_calls)) is not None:
+        elif (
+            parked := parks_for(ctx, identity, params, parked_calls, approval_page())
+        ) is not None:
             parked.call = asyncio.ensure_future(
                 calls.call(
                     identity,
@@ -191,15 +227,13 @@ def build_server(
                 params.arguments,
                 key=idempotency_key(meta),
                 progress=progress_of(ctx),
-                elicit=elicitor(ctx),
+                elicit=elicitor(ctx, approval_page()),
             )
         if isinstance(outcome, types.InputRequiredResult):
             return outcome
         if parked is not None:
             parked_calls.done_with(parked)
-        image = await image_block(outcome, identity, images) if images is not None else None
-        tool = catalog.registry.get(params.name)
-        return render(outcome, image, text_output=tool is not None and tool.text_output)
+        return await answer(outcome, identity, params.name)
 
     async def set_logging_level(
         ctx: Context, params: types.SetLevelRequestParams
@@ -239,7 +273,7 @@ def build_server(
     # 2025-11-25 (the TypeScript SDK, Claude Desktop) still use it, so it stays offered.
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", MCPDeprecationWarning)
-        server: Server[Any] = Server(
+        server = TaskServer(
             "gateway",
             version=_version(),
             instructions=(
@@ -256,6 +290,8 @@ def build_server(
     # The SDK's tracing middleware is a no-op without an exporter, but still costs every
     # message a span; the gateway has its own metrics and evidence.
     server.middleware = []
+    if call_tasks is not None:
+        task_requests.install(server, call_tasks, catalog.registry, run_as_task)
     return server
 
 

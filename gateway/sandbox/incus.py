@@ -185,6 +185,9 @@ class IncusProvider(SandboxProvider):
         )
         self._incus: Incus | None = None
         self._live: dict[str, IncusSandbox] = {}
+        # Creates past the slot check that are not in `_live` yet: counted at the check, in
+        # the same loop turn, so concurrent creates cannot all pass it.
+        self._reserved = 0
         # Started blank containers no task has had, with when each was made (`warm`).
         self._stock: list[tuple[str, float]] = []
         self._filling: asyncio.Future[None] | None = None
@@ -281,13 +284,17 @@ class IncusProvider(SandboxProvider):
             except IncusError as exc:
                 raise SandboxError(f"Incus cannot be reached: {exc.message}") from exc
             self._prepared = True
-        if len(self._live) >= self.max_live:
+        if len(self._live) + self._reserved >= self.max_live:
             raise SandboxError("every Incus sandbox slot of this gateway is in use; retry later")
-        # Before any work: a commit that is not there costs nothing more.
-        await asyncio.to_thread(resolve_commit, Path(repository.path), spec.commit)
-        # A blank of the warm stock, or one made now under a new name: either way the
-        # sandbox is named after its container (its socket is the blank's own).
-        stocked = await self._stocked()
+        self._reserved += 1
+        try:
+            # Before any work: a commit that is not there costs nothing more.
+            await asyncio.to_thread(resolve_commit, Path(repository.path), spec.commit)
+            # A blank of the warm stock, or one made now under a new name: either way the
+            # sandbox is named after its container (its socket is the blank's own).
+            stocked = await self._stocked()
+        finally:
+            self._reserved -= 1
         name = stocked or self._new_name()
         sandbox_id = name.removeprefix(self.backend.prefix)
         handle = IncusSandbox(

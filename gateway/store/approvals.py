@@ -122,6 +122,14 @@ class ApprovalRows(Repository):
             out.append(item)
         return out
 
+    async def approval_task(self, approval_id: str) -> str | None:
+        """The task an approval request belongs to, or None when there is no such request."""
+        ap = schema.approvals
+        query = select(ap.c.task_id).where(ap.c.id == approval_id)
+        async with self.engine.connect() as conn:
+            task_id = (await conn.execute(query)).scalar_one_or_none()
+        return str(task_id) if task_id is not None else None
+
     @staticmethod
     def grant_row(task_id: str, tool: str, grant: Mapping[str, Any]) -> tuple[Any, dict[str, Any]]:
         """A `task_grants` row, to write with the decision that grants it."""

@@ -44,4 +44,5 @@ def leaks(gw: Gateway, ended: set[str] | None = None) -> list[Leaked]:
     door = gw.services.find(McpDoor)
     if door is not None:
         found += [Leaked("MCP session", t) for t in door.sessions.task_ids() if t in done]
+        found += [Leaked("MCP task", t) for t in door.call_tasks.owners() if t in done]
     return found

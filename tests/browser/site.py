@@ -7,6 +7,7 @@ log stays empty.
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass, field
 
 from starlette.applications import Starlette
@@ -20,6 +21,13 @@ def _page(title: str, body: str, head: str = "") -> HTMLResponse:
     return HTMLResponse(
         f"<!doctype html><html><head><title>{title}</title>{head}</head><body>{body}</body></html>"
     )
+
+
+# A signed-in task's credentials, as the control plane hands them over: the account page
+# answers only a request with this session cookie, and says whether the page's local
+# storage holds the token (it prints both values, as a careless app might).
+SESSION_COOKIE = "session-7f3a9c2e41b8d605"
+LOCAL_TOKEN = "local-token-5d8e1a90c7"
 
 
 def allowed_app(foreign: str) -> Starlette:
@@ -192,20 +200,69 @@ def allowed_app(foreign: str) -> Starlette:
             f"<button onclick=\"window.open('{foreign}/popup')\">Foreign</button>",
         )
 
+    async def late_popups(_r: Request) -> Response:
+        # A popup whose page is slow to answer, and one whose opener keeps the renderer
+        # they share busy right after opening it: both come long after the click.
+        return _page(
+            "Late popups",
+            "<h1>Late popups</h1><button onclick=\"window.open('/slow?s=2.5')\">Slow</button>"
+            "<button onclick=\"window.open('/busy?from=popup')\">Busy</button>",
+        )
+
+    async def busy(_r: Request) -> Response:
+        return _page(
+            "Busy",
+            "<h1>Busy page</h1>",
+            head="<script>const end = Date.now() + 2500; while (Date.now() < end) {}</script>",
+        )
+
+    async def slow(request: Request) -> Response:
+        await asyncio.sleep(min(float(request.query_params.get("s", "1")), 10.0))
+        return _page("Slow", "<h1>Slow page</h1>")
+
     async def frames(_r: Request) -> Response:
         return _page(
             "Frames",
             "<h1>Frames</h1><iframe title='Inner' src='/second?in=frame'></iframe>",
         )
 
+    async def embed(_r: Request) -> Response:
+        # A foreign widget with a token in its URL, a same-origin frame, and a same-origin
+        # frame whose server sends it on to the foreign origin.
+        return _page(
+            "Embed",
+            f"<h1>Embed</h1><iframe title='Payments' src='{foreign}/widget?token=abc123'></iframe>"
+            "<iframe title='Inner' src='/second?in=frame'></iframe>"
+            "<iframe title='Hop' src='/redirect'></iframe>",
+        )
+
+    async def account(request: Request) -> Response:
+        session = request.cookies.get("session")
+        if session != SESSION_COOKIE:
+            return _page("Sign in", "<h1>Sign in required</h1>")
+        return _page(
+            "Account",
+            f"<h1>Account of Ada</h1><p>Session {session}</p><p id='t'></p><script>"
+            "const token = localStorage.getItem('token');"
+            f"document.getElementById('t').textContent = token === '{LOCAL_TOKEN}'"
+            " ? 'token present ' + token : 'no token';"
+            "console.log('restored ' + token + ' with ' + document.cookie);"
+            "console.error('session ' + document.cookie);</script>",
+        )
+
     return Starlette(
         routes=[
+            Route("/account", account),
+            Route("/embed", embed),
             Route("/controls", controls),
             Route("/dialogs", dialogs),
             Route("/stuck", stuck),
             Route("/leave", leave),
             Route("/opener", opener),
             Route("/frames", frames),
+            Route("/late-popups", late_popups),
+            Route("/slow", slow),
+            Route("/busy", busy),
             Route("/", home),
             Route("/network", network),
             Route("/login", login),

@@ -214,3 +214,66 @@ async def test_upload_takes_no_path_outside_the_tasks_workspace(
     big = await gateway.call(task, "browser.upload", ref=ref, paths=["big.bin"])
     assert big.error is not None and big.error.code == "quota_exceeded", big
     assert "file=," in await _report(gateway, task) or "file= " in await _report(gateway, task)
+
+
+async def test_upload_from_the_tasks_own_artifacts_with_their_digest_in_evidence(
+    gateway: BrowserGateway,
+) -> None:
+    task, snap = await _controls(gateway)
+    store = gateway.gw.store
+    kept = await store.put_artifact(
+        task, b"kept report", name="report.txt", media_type="text/plain"
+    )
+    assert (await gateway.call(task, "workspace.write", path="b.csv", contents="a,b")).ok
+    both = await gateway.call(
+        task,
+        "browser.upload",
+        ref=snapshot_ref(snap, 'button "Many"'),
+        paths=["b.csv"],
+        artifacts=[kept.id],
+    )
+    assert both.ok, both
+    digest = hashlib.sha256(b"kept report").hexdigest()
+    assert both.output["uploaded"][1] == {
+        "artifact_id": kept.id,
+        "name": "report.txt",
+        "size": 11,
+        "sha256": digest,
+    }
+    assert "many=b.csv:3:a,b,report.txt:11:kept report" in await _report(gateway, task)
+    calls = [c for c in await gateway.evidence(task, "call") if c["tool"] == "browser.upload"]
+    assert calls[0]["context"]["uploaded"][1]["sha256"] == digest
+
+
+async def test_upload_takes_no_artifact_but_the_tasks_own_and_bounds_them(
+    gateway: BrowserGateway,
+) -> None:
+    task, snap = await _controls(gateway)
+    ref = snapshot_ref(snap, 'button "Attachment"')
+    store = gateway.gw.store
+    other_org = await gateway.task(org="org_other")
+    same_org = await gateway.task()
+    theirs = await store.put_artifact(other_org, b"theirs", name="t.txt", media_type="text/plain")
+    sibling = await store.put_artifact(same_org, b"sibling", name="s.txt", media_type="text/plain")
+    for artifact_id in (theirs.id, sibling.id, "art_" + "0" * 20):
+        refused = await gateway.call(task, "browser.upload", ref=ref, artifacts=[artifact_id])
+        assert refused.error is not None and refused.error.code == "not_found", refused
+        assert "t.txt" not in refused.error.message and "s.txt" not in refused.error.message
+    for bad in ("../../etc/passwd", "/tmp/x", "art_XYZ"):
+        refused = await gateway.call(task, "browser.upload", ref=ref, artifacts=[bad])
+        assert refused.error is not None and refused.error.code == "invalid_input", refused
+    # Over the bound (4096 bytes here), by its recorded size: nothing reaches the page.
+    big = await store.put_artifact(task, b"x" * 5000, name="big.bin", media_type="text/plain")
+    over = await gateway.call(task, "browser.upload", ref=ref, artifacts=[big.id])
+    assert over.error is not None and over.error.code == "quota_exceeded", over
+    assert (await gateway.call(task, "workspace.write", path="a.txt", contents="y" * 3000)).ok
+    half = await store.put_artifact(task, b"z" * 3000, name="half.bin", media_type="text/plain")
+    together = await gateway.call(
+        task,
+        "browser.upload",
+        ref=snapshot_ref(snap, 'button "Many"'),
+        paths=["a.txt"],
+        artifacts=[half.id],
+    )
+    assert together.error is not None and together.error.code == "quota_exceeded", together
+    assert "file=," in await _report(gateway, task) or "file= " in await _report(gateway, task)

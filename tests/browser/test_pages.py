@@ -213,3 +213,37 @@ async def test_a_dialog_nobody_answers_is_dismissed_in_time(
         dismissed = await b.evidence(task, "dialog_dismissed")
         assert dismissed and "nobody answered" in dismissed[0]["data"]["why"]
         assert (await b.call(task, "browser.wait_for", text="alerted", timeout_ms=5000)).ok
+
+
+async def test_a_frame_on_a_refused_origin_shows_as_refused_by_its_origin_alone(
+    browsers: BrowserGateway,
+) -> None:
+    task = await browsers.task()
+    foreign = browsers.sites.foreign
+    framed = await browsers.call(task, "browser.navigate", url="/embed")
+    assert framed.status is ToolStatus.DENIED and framed.error is not None
+    snap = (await browsers.call(task, "browser.snapshot")).output["snapshot"]
+    assert f'iframe "Payments" [refused: {foreign}]' in snap, snap
+    # A same-origin frame its server redirected to the foreign origin is refused too.
+    assert f'iframe "Hop" [refused: {foreign}]' in snap, snap
+    assert "abc123" not in snap and "/widget" not in snap
+    # The same-origin frame beside them keeps its refs, and they act.
+    inner = snapshot_ref(snap, 'button "Other"')
+    assert (await browsers.call(task, "browser.click", ref=inner)).ok
+    assert browsers.sites.log.requests == []
+
+
+@pytest.mark.parametrize(("label", "path"), [("Slow", "/slow?s=2.5"), ("Busy", "/busy?from=popup")])
+async def test_the_click_that_opens_a_late_popup_answers_with_it(
+    browsers: BrowserGateway, label: str, path: str
+) -> None:
+    task = await browsers.task()
+    assert (await browsers.call(task, "browser.navigate", url="/late-popups")).ok
+    result = await _click(browsers, task, label)
+    assert result.ok, result  # type: ignore[attr-defined]
+    # In the click's own answer, not only in a later call's.
+    opened = result.output.get("pages_opened")  # type: ignore[attr-defined]
+    assert opened and opened[0]["page"] == "p2", result.output  # type: ignore[attr-defined]
+    assert str(opened[0]["url"]).endswith(path)
+    listed = (await browsers.call(task, "browser.pages")).output["pages"]
+    assert [p["page"] for p in listed] == ["p1", "p2"]

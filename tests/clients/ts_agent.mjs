@@ -6,7 +6,10 @@
 
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
-import { LoggingMessageNotificationSchema } from "@modelcontextprotocol/sdk/types.js";
+import {
+  CallToolResultSchema,
+  LoggingMessageNotificationSchema,
+} from "@modelcontextprotocol/sdk/types.js";
 
 const plan = JSON.parse(process.argv[2]);
 
@@ -38,6 +41,26 @@ function pngSize(bytes) {
   const signature = "89504e470d0a1a0a";
   if (bytes.length < 24 || bytes.subarray(0, 8).toString("hex") !== signature) return null;
   return [bytes.readUInt32BE(16), bytes.readUInt32BE(20)];
+}
+
+function failure(e) {
+  return { error: String(e && e.message ? e.message : e), code: e && e.code !== undefined ? e.code : null };
+}
+
+// One task operation (the SDK's experimental tasks API), as its answer or its error.
+async function taskOp(client, op, taskId) {
+  try {
+    if (op === "get") return { task: await client.experimental.tasks.getTask(taskId) };
+    if (op === "result") {
+      const result = await client.experimental.tasks.getTaskResult(taskId, CallToolResultSchema);
+      return { ...summary(result), meta: result._meta ?? null };
+    }
+    if (op === "list") return { tasks: (await client.experimental.tasks.listTasks()).tasks };
+    if (op === "cancel") return { task: await client.experimental.tasks.cancelTask(taskId) };
+    return { error: `unknown op ${op}` };
+  } catch (e) {
+    return failure(e);
+  }
 }
 
 const scenarios = {
@@ -115,6 +138,63 @@ const scenarios = {
     }
     await client.close();
     return { resources: listed.resources, read, foreign };
+  },
+  async task_call() {
+    // The SDK runs a tool its listing marks as task-capable as a task, and polls it.
+    const client = await connected();
+    const { tools } = await client.listTools();
+    const events = [];
+    let taskId = null;
+    let result = null;
+    for await (const message of client.experimental.tasks.callToolStream(
+      { name: plan.tool, arguments: plan.arguments ?? {} },
+      CallToolResultSchema,
+    )) {
+      if (message.type === "taskCreated") taskId = message.task.taskId;
+      if (message.type === "taskCreated" || message.type === "taskStatus") {
+        events.push({ type: message.type, status: message.task.status,
+                      statusMessage: message.task.statusMessage ?? null });
+      } else if (message.type === "result") {
+        events.push({ type: "result" });
+        result = { ...summary(message.result), meta: message.result._meta ?? null };
+      } else {
+        events.push({ type: message.type, error: String(message.error) });
+      }
+    }
+    // A failed task's result is read as its own request (the stream gives only an error).
+    const read = taskId && !result ? await taskOp(client, "result", taskId) : null;
+    await client.close();
+    const execution = Object.fromEntries(tools.map((t) => [t.name, t.execution ?? null]));
+    return { taskId, events, result: result ?? read, execution };
+  },
+  async task_start() {
+    // Start the call as a task and stop at its creation; other runs read and cancel it.
+    const client = await connected();
+    await client.listTools();
+    let created = null;
+    for await (const message of client.experimental.tasks.callToolStream(
+      { name: plan.tool, arguments: plan.arguments ?? {} },
+      CallToolResultSchema,
+      { task: plan.ttl ? { ttl: plan.ttl } : {} },
+    )) {
+      if (message.type === "taskCreated") {
+        created = message.task;
+        break;
+      }
+      if (message.type === "error") {
+        created = failure(message.error);
+        break;
+      }
+    }
+    await client.close();
+    return { task: created };
+  },
+  async task_ops() {
+    const client = await connected();
+    const out = {};
+    for (const op of plan.ops) out[op] = await taskOp(client, op, plan.task_id);
+    await client.close();
+    return out;
   },
   async reconnect() {
     // close() sends no DELETE: each round leaves its session behind, as real agents do.

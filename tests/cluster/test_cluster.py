@@ -20,6 +20,7 @@ from gateway.testing.control import ControlPlane, GatewayTask
 from gateway.testing.postgres import Cluster
 from gateway.testing.tab_client import ORIGIN, running_tab
 from gateway.testing.waiting import until, until_true
+from tests.clients.npm import ensure_installed, ts_agent
 
 pytestmark = pytest.mark.cluster
 
@@ -91,6 +92,26 @@ async def test_a_tab_on_node_1_answers_the_mcp_door_on_node_2_and_the_bridge_on_
     calls = calls_of(control, task)
     assert sorted(c["door"] for c in calls) == ["bridge", "mcp"]  # each once, on node 1
     assert owner_of(cluster, task.task_id) == one.id
+
+
+async def test_the_typescript_sdk_client_is_answered_by_a_nodes_stateless_door(
+    cluster: LocalCluster, control: ControlPlane
+) -> None:
+    # A node's MCP door keeps no session (any node answers any request, in JSON): the
+    # official TypeScript client, which opens one with `initialize`, still lists and calls.
+    ensure_installed()
+    one, two, _ = cluster.nodes
+    task = control.create_task(scopes=SCOPES)
+    plan = {"url": f"{two.url}/v1/mcp", "token": task.agent_token}
+    async with running_tab([one.url], task) as tab:
+        listed = await ts_agent({**plan, "scenario": "list"})
+        called = await ts_agent({**plan, "scenario": "call", "tool": "ui.read_view"})
+
+    assert "ui_read_view" in listed["names"], listed
+    assert called["isError"] is False, called
+    assert called["structured"]["status"] == "succeeded", called
+    assert [action["type"] for action in tab.actions] == ["read_view"]
+    assert [c["door"] for c in calls_of(control, task)] == ["mcp"]
 
 
 async def test_an_end_on_node_3_closes_the_tab_on_node_1_and_every_node_refuses_it(

@@ -357,3 +357,132 @@ async def test_the_tasks_own_user_does_not_answer_as_the_control_plane(live: Liv
         Decision("deny", "call", "ops", "admin", "control"),
     )
     assert (await call).status == "denied"
+
+
+async def test_a_video_plays_only_at_the_console_and_only_one_the_browser_recorded(
+    live: Live,
+) -> None:
+    # The task is live (its browser idled out and closed, say): its tokens still verify.
+    task = await live.create_task()
+    ident = await live.gateway.tasks.authenticate(task["tokens"]["agent"], Purpose.AGENT)
+    webm = b"\x1aE\xdf\xa3" + b"\x00" * 60
+    video = await live.gateway.store.put_artifact(
+        ident, webm, name="video.webm", media_type="video/webm"
+    )
+    shot = await live.gateway.store.put_artifact(
+        ident, PIXEL, name="screenshot.png", media_type="image/png"
+    )
+    base = f"/console/tasks/{task['task_id']}/videos"
+    url = f"{base}/{video.id}/video.webm"
+    # Not yet named by the browser's closing record: not a video of the task's browser.
+    assert (await live.http.get(url, headers=live.control)).status_code == 404
+    await live.gateway.events.record(
+        ident, "browser_closed", {"videos": [video.public(), shot.public()]}
+    )
+    played = await live.http.get(url, headers=live.control)
+    assert played.status_code == 200
+    assert played.headers["content-type"] == "video/webm"
+    assert played.content == webm
+    # The player seeks by asking for a part of it.
+    part = await live.http.get(url, headers={**live.control, "range": "bytes=4-9"})
+    assert part.status_code == 206
+    assert part.headers["content-range"] == f"bytes 4-9/{len(webm)}"
+    assert part.content == webm[4:10]
+    past = await live.http.get(url, headers={**live.control, "range": "bytes=999-"})
+    assert past.status_code == 416
+    # Another artifact of the task named there is still not served as a video.
+    other = await live.http.get(f"{base}/{shot.id}/video.webm", headers=live.control)
+    assert other.status_code == 404
+    # The task's own tokens fetch it neither here nor as an artifact of the task (which
+    # they may read otherwise: its screenshot).
+    for purpose, token in task["tokens"].items():
+        bearer = {"authorization": f"Bearer {token}"}
+        assert (await live.http.get(url, headers=bearer)).status_code == 401, purpose
+    agent = {"authorization": f"Bearer {task['tokens']['agent']}"}
+    assert (await live.http.get(f"/v1/artifacts/{video.id}", headers=agent)).status_code == 404
+    assert (await live.http.get(f"/v1/artifacts/{shot.id}", headers=agent)).status_code == 200
+    assert (
+        await live.http.get(f"/v1/artifacts/{video.id}", headers=live.control)
+    ).status_code == 200
+    # The export holds it.
+    exported = await live.http.get(
+        f"/console/tasks/{task['task_id']}/export.zip", headers=live.control
+    )
+    archive = zipfile.ZipFile(io.BytesIO(exported.content))
+    assert archive.read(f"videos/{video.id}.webm") == webm
+
+
+def page_seqs(page: str) -> list[int]:
+    return [int(s) for s in re.findall(r'<li class="entry[^"]*" data-seq="(\d+)"', page)]
+
+
+def cursor(page: str, name: str) -> str | None:
+    found = re.search(rf'href="([^"]+)" rel="\w+" data-testid="{name}"', page)
+    return found.group(1).replace("&amp;", "&") if found else None
+
+
+async def test_a_task_of_twenty_thousand_records_is_read_to_its_end_page_by_page(
+    live: Live,
+) -> None:
+    task = await live.create_task()
+    ident = await live.gateway.tasks.authenticate(task["tokens"]["agent"], Purpose.AGENT)
+    events = live.gateway.events
+    await events.record(ident, "browser_closed", {"trace": {"artifact_id": "art_first"}})
+    for start in range(0, 20_000, 1000):
+        rows = [events.row(ident, "note", {"n": n})[1] for n in range(start, start + 1000)]
+        await live.gateway.store.commit(rows)
+    await live.gateway.store.commit([events.row(ident, "sandbox.down", {"why": "last"})[1]])
+    stored = [
+        r["seq"]
+        for r in await live.gateway.store.evidence_for(ident.org_id, ident.task_id, limit=30_000)
+    ]
+    assert len(stored) == 20_002
+    url: str | None = f"/console/tasks/{task['task_id']}"
+    read: list[int] = []
+    pages = []
+    while url is not None:
+        answer = await live.http.get(url, headers=live.control)
+        assert answer.status_code == 200, answer.text[:300]
+        pages.append(answer.text)
+        read.extend(page_seqs(answer.text))
+        url = cursor(answer.text, "newer")
+    # Every record once, in order, the last one on the last page; every page but the
+    # last is full, and only the last follows the task live.
+    assert read == stored
+    assert len(pages) == 5
+    assert [len(page_seqs(p)) for p in pages[:-1]] == [5000] * 4
+    assert "sandbox.down" in pages[-1]
+    assert all('data-follow="false"' in p for p in pages[:-1])
+    assert 'data-follow="true"' in pages[-1]
+    # The first page has no older one; the trace named on it is linked on every page.
+    assert cursor(pages[0], "older") is None
+    assert all("art_first" in p for p in pages)
+    # Back from the end, page by page, by the older cursor.
+    back: list[int] = []
+    url = cursor(pages[-1], "older")
+    while url is not None:
+        answer = await live.http.get(url, headers=live.control)
+        back = page_seqs(answer.text) + back
+        url = cursor(answer.text, "older")
+    assert back + page_seqs(pages[-1]) == stored
+    # A cursor of both kinds at once is refused.
+    both = await live.http.get(
+        f"/console/tasks/{task['task_id']}?after=1&before=9", headers=live.control
+    )
+    assert both.status_code == 422
+
+
+async def test_a_cursor_past_every_record_finds_none_on_either_database(live: Live) -> None:
+    task = await live.create_task()
+    tid = task["task_id"]
+    ident = await live.gateway.tasks.authenticate(task["tokens"]["agent"], Purpose.AGENT)
+    await live.gateway.events.record(ident, "note", {"n": 1})
+    far = 2**40
+    polled = await live.http.get(f"/console/api/tasks/{tid}/live?after={far}", headers=live.control)
+    assert polled.status_code == 200
+    assert polled.json()["entries_html"] == ""
+    beyond = await live.http.get(f"/console/tasks/{tid}?after={far}", headers=live.control)
+    assert beyond.status_code == 200 and page_seqs(beyond.text) == []
+    assert cursor(beyond.text, "older") is not None
+    newest = await live.http.get(f"/console/tasks/{tid}?before={far}", headers=live.control)
+    assert len(page_seqs(newest.text)) == 1

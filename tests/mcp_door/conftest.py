@@ -41,6 +41,11 @@ class WriteInput(BaseModel):
     note: str = Field(max_length=100)
 
 
+class LongInput(BaseModel):
+    wait: bool = False
+    end_as: ToolStatus | None = None
+
+
 @dataclass
 class ToolsSeen:
     """What the test tools saw, for assertions from the test side."""
@@ -93,6 +98,26 @@ def register_test_tools(gw: Gateway, probe: ToolsSeen) -> None:
             probe.cancelled.set()
             raise
         return {"replied": True}
+
+    @reg.tool(
+        "test.long",
+        title="Long",
+        description="Waits on a UI reply if asked, then ends as asked.",
+        input_model=LongInput,
+        long_running=True,
+    )
+    async def long(ctx: ToolContext, args: LongInput) -> dict[str, Any]:
+        probe.identities.append(ctx.identity.task_id)
+        if args.wait:
+            probe.started.set()
+            try:
+                await probe.ui_reply.wait()
+            except asyncio.CancelledError:
+                probe.cancelled.set()
+                raise
+        if args.end_as is not None:
+            raise ToolFailure(args.end_as, "asked", f"asked to end as {args.end_as}")
+        return {"waited": args.wait}
 
     @reg.tool(
         "test.progress", title="Steps", description="Reports progress.", input_model=ProgressInput

@@ -4,6 +4,7 @@ teardown, and what a killed gateway left. A real Incus daemon, real containers."
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import subprocess
@@ -384,6 +385,44 @@ async def test_a_remote_incus_is_reached_over_https_with_the_gateways_certificat
         assert refused.status_code == 503, refused.text
         error = refused.json()["error"]
         assert error["code"] == "sandbox_unavailable" and "not authorized" in error["message"]
+
+
+async def test_concurrent_creates_take_exactly_the_free_slots(
+    tmp_path: Path, app_repo: AppRepo, incus_socket: str
+) -> None:
+    settings = incus_settings(tmp_path / "data", app_repo, incus_socket, sandbox_max_live=1)
+    async with live_gateway(settings) as live:
+        body = provision_body(app_repo.v1, provider="incus")
+        answers = await asyncio.gather(
+            *(
+                live.http.post(
+                    "/v1/tasks", json=body, headers=live.control, timeout=PROVISION_TIMEOUT_S
+                )
+                for _ in range(3)
+            )
+        )
+        made = [a.json()["task_id"] for a in answers if a.status_code == 201]
+        live.created.extend(made)
+        assert sorted(a.status_code for a in answers) == [201, 503, 503], [a.text for a in answers]
+        for answer in answers:
+            if answer.status_code == 503:
+                error = answer.json()["error"]
+                assert (error["code"], error["retryable"]) == ("sandbox_unavailable", True)
+                assert "slot" in error["message"]
+        # The refused creates bound no container to a task: only the one sandbox has one.
+        assert bound_tasks() == made
+
+
+def bound_tasks() -> list[str]:
+    done = subprocess.run(
+        ["incus", "list", "--format", "json"], check=True, capture_output=True, text=True
+    )
+    configs = [i.get("config") or {} for i in json.loads(done.stdout)]
+    return [
+        c["user.gateway.task"]
+        for c in configs
+        if c.get("user.gateway.deployment") == INCUS_DEPLOYMENT and "user.gateway.task" in c
+    ]
 
 
 async def test_a_commit_shadowing_a_module_the_launcher_imports_runs_nothing_before_the_limits(

@@ -113,7 +113,7 @@ function arm(card) {
     const scope = fieldset.querySelector('input[type="radio"]:checked')?.value ?? "call";
     fieldset.disabled = true;
     hint.textContent = "Sending…";
-    const task = document.querySelector("article.task").dataset.taskId;
+    const task = card.closest("[data-task-id]").dataset.taskId;
     const response = await fetch(
       `/console/api/tasks/${encodeURIComponent(task)}/approvals/${encodeURIComponent(card.dataset.approvalId)}`,
       {
@@ -163,7 +163,10 @@ function followTask() {
     const live = await getJSON(
       `/console/api/tasks/${encodeURIComponent(task)}/live?after=${article.dataset.lastSeq}`,
     );
-    if (live.entries_html) list.append(fragment(live.entries_html));
+    // An older page of the timeline stays as it is: new records go on the newest one.
+    if (live.entries_html && article.dataset.follow === "true") {
+      list.append(fragment(live.entries_html));
+    }
     article.dataset.lastSeq = String(live.last_seq);
     const status = article.querySelector('[data-testid="task-status"]');
     if (status.textContent !== live.status) {
@@ -190,5 +193,14 @@ function followTask() {
   });
 }
 
+// -- one approval's page (where a link given to an agent's client leads) ------------------
+
+function followApproval() {
+  const article = document.querySelector("article.approval-page");
+  if (!article) return;
+  for (const card of article.querySelectorAll(".approval")) arm(card);
+}
+
 followTasks();
 followTask();
+followApproval();
