@@ -24,8 +24,9 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Counter
 
 from gateway.identity import TaskIdentity
+from gateway.ids import new_id
 from gateway.redaction import Redactor
-from gateway.store.database import Store, new_id
+from gateway.store.database import Store
 
 log = logging.getLogger(__name__)
 

@@ -30,6 +30,7 @@ from gateway.approvals.broker import Approvals, default_summary
 from gateway.errors import GatewayError, StorageError, ToolFailure
 from gateway.evidence_log import EventLog
 from gateway.identity import TaskIdentity
+from gateway.ids import new_id
 from gateway.metrics import Metrics
 from gateway.ports import Elicit, Placement
 from gateway.recording import (
@@ -42,7 +43,7 @@ from gateway.recording import (
 from gateway.redaction import Redactor
 from gateway.registry import ProgressFn, Registry, Services, Tool, ToolContext
 from gateway.results import Door, ErrorCode, ToolError, ToolResult, ToolStatus
-from gateway.store.database import Store, new_id
+from gateway.store.database import Store
 from gateway.tasks import TaskService, TaskStatus
 
 log = logging.getLogger(__name__)

@@ -30,7 +30,8 @@ from gateway.approval_policy import ApprovalPolicy
 from gateway.errors import AuthError, InvalidInput, NotFound, TokenExpired, TokenRevoked
 from gateway.identity import Actor, Budget, Name, Sandbox, Scope, TaskIdentity, ToolPattern
 from gateway.storage_state import StorageState, StorageStates
-from gateway.store.database import Store, TaskRecord
+from gateway.store.database import Store
+from gateway.store.tasks import TaskRecord
 from gateway.task_quota import LiveTaskQuota
 from gateway.tokens import Purpose, TokenClaims, TokenService
 

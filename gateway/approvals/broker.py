@@ -26,10 +26,11 @@ from gateway.approval_policy import ApprovalPolicy, Approver, Channel, Need, Rea
 from gateway.errors import GatewayError, InvalidInput, NotFound, QuotaExceeded, ToolFailure
 from gateway.evidence_log import EventLog
 from gateway.identity import TaskIdentity
+from gateway.ids import new_id
 from gateway.ports import Elicit
 from gateway.registry import ProgressFn
 from gateway.results import Door, ErrorCode, ToolStatus
-from gateway.store.database import Store, new_id
+from gateway.store.database import Store
 
 log = logging.getLogger(__name__)
 

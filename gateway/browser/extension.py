@@ -7,7 +7,7 @@ from starlette.routing import BaseRoute
 from gateway.identity import TaskIdentity
 from gateway.runtime import Gateway
 from gateway.storage_state import StorageStates
-from gateway.store.database import ArtifactRef
+from gateway.store.artifacts import ArtifactRef
 
 from . import tools
 from .app_link import AppLink

@@ -53,7 +53,7 @@ from gateway.identity import TaskIdentity
 from gateway.registry import ToolContext
 from gateway.results import ErrorCode, ToolStatus
 from gateway.storage_state import StorageState
-from gateway.store.database import ArtifactRef
+from gateway.store.artifacts import ArtifactRef
 from gateway.task_log import Level
 
 from . import dialogs, trace_scrub

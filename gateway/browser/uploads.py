@@ -23,7 +23,7 @@ from gateway.errors import NotFound, ToolFailure
 from gateway.identity import TaskIdentity
 from gateway.registry import ToolContext
 from gateway.results import ErrorCode, ToolStatus
-from gateway.store.database import ArtifactRef
+from gateway.store.artifacts import ArtifactRef
 from gateway.workspace.paths import Workspace, split_path
 from gateway.workspace.tools import Workspaces
 

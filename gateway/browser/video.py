@@ -22,7 +22,7 @@ from playwright.async_api import Page, Video
 
 from gateway.errors import GatewayError
 from gateway.identity import TaskIdentity
-from gateway.store.database import ArtifactRef
+from gateway.store.artifacts import ArtifactRef
 
 from .errors import first_line
 

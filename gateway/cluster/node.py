@@ -24,10 +24,10 @@ from typing import Any
 
 from gateway.errors import GatewayError, ToolFailure
 from gateway.identity import TaskIdentity
+from gateway.ids import new_id
 from gateway.pipeline import Pipeline
 from gateway.ports import Errand, ReleaseListener
 from gateway.results import Door, ErrorCode, ToolResult, ToolStatus
-from gateway.store.database import new_id
 from gateway.tasks import TaskService
 
 from .bus import Bus, BusError

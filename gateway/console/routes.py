@@ -39,7 +39,8 @@ from gateway.errors import (
 from gateway.http.approvals import DECIDE
 from gateway.http.edge import error_response, parse_body, query_int, read_json
 from gateway.runtime import Gateway
-from gateway.store.database import ArtifactRef, TaskRecord
+from gateway.store.artifacts import ArtifactRef
+from gateway.store.tasks import TaskRecord
 
 # A page of a task's timeline shows this many records; older and newer pages the rest.
 PAGE_RECORDS = 5000

@@ -14,7 +14,8 @@ import mcp_types as types
 
 from gateway.errors import GatewayError, NotFound
 from gateway.identity import TaskIdentity
-from gateway.store.database import ArtifactRef, Store
+from gateway.store.artifacts import ArtifactRef
+from gateway.store.database import Store
 
 URI_PREFIX = "gateway://artifacts/"
 PAGE = 100

@@ -12,7 +12,7 @@ from gateway.browser.app_link import AppLink
 from gateway.identity import TaskIdentity
 from gateway.runtime import Gateway
 from gateway.settings import Settings
-from gateway.store.database import ArtifactRef
+from gateway.store.artifacts import ArtifactRef
 
 from .cgroup import CgroupParent
 from .incus import IncusProvider

@@ -26,7 +26,7 @@ from typing import Any
 
 from gateway.errors import QuotaExceeded, ToolFailure
 from gateway.identity import TaskIdentity
-from gateway.store.database import ArtifactRef
+from gateway.store.artifacts import ArtifactRef
 from gateway.tasks import TaskCreate
 
 from . import manifest

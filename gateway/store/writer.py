@@ -1,4 +1,4 @@
-"""The store's group-commit writer, and SQLite's checkpointer beside it.
+"""The store's group-commit writer.
 
 Evidence of a call must be durable before its result is returned, but one transaction per
 call caps throughput at the database's commit rate. The writer takes every record queued
@@ -22,25 +22,10 @@ How a batch reaches the database, measured with bench/store.py and bench/core.py
   loop goes on with other calls.
 - The thread settles a batch's callers with one wake-up of their event loop, not one each.
 
-A batch is its callers' rows together, but one caller's bad row (a duplicate id, a value
-the database refuses) must not fail the others: their side effects already ran, and a
-result turned into a storage failure (its idempotency row lost with it) is run again on
-retry. So a failed batch is written again with each caller's rows in a savepoint of its
-own: the offending caller fails, the others are stored and answered. The happy path pays
-nothing for this.
-
-The thread's connection is opened again when the database drops it (a server restart):
-a batch lost with the connection before its COMMIT was sent cannot have been stored (the
-server rolls back a transaction whose session ends) and is written again once, on the new
-connection; one lost while its COMMIT was under way may or may not be stored, so its
-callers are failed rather than risk storing it twice.
-
-SQLite's WAL is checkpointed by `Checkpointer`, a thread with a connection of its own, at a
-quiet moment or once enough rows were committed since the last one, never inside a
-commit (every gateway connection has `wal_autocheckpoint=0`): a checkpoint copies pages
-into the database file and, with `FULL`, flushes it, which took a commit from 0.1 ms to
-several ms when SQLite ran it in the committing connection. Its checkpoints are
-`PASSIVE`: they never wait for, nor hold up, a writer or a reader.
+What a failed commit does (a lock held by someone else, a lost connection, one caller's
+bad row) is the store's one commit policy, `gateway/store/commit.py`, the same for the
+thread's batches, the loop's and the guarded changes. SQLite's WAL is checkpointed off the
+commit path by `Checkpointer` (gateway/store/checkpointer.py).
 
 The writer also says how long a record queued now can expect to wait for its commit
 (`expected_wait`), so a call whose evidence could not be stored before its deadline can
@@ -50,23 +35,35 @@ be turned away before it runs (the pipeline does).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import queue
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Table, create_engine, event, insert, make_url
+from sqlalchemy import create_engine, event, make_url
 
 from gateway.errors import StorageError
+from gateway.store import postgres, sqlite
+from gateway.store.checkpointer import Checkpointer
+from gateway.store.commit import (
+    Busy,
+    Fixed,
+    GaveWay,
+    Reconnecting,
+    attempt,
+    call_soon,
+    failure,
+    settle,
+    settle_each,
+    write_parts,
+)
+from gateway.store.statements import Row, Statements, group
 
 log = logging.getLogger(__name__)
-
-Row = tuple[Any, dict[str, Any]]
 
 # The guess of a batch's commit time until one is measured, and the weight of the newest
 # measure in the running averages (they follow a change of load within a few batches).
@@ -83,9 +80,6 @@ INLINE_MAX_BYTES = 64 * 1024
 # committed since the last one (about 4 MB of evidence, SQLite's own automatic threshold).
 CHECKPOINT_QUIET_S = 0.05
 CHECKPOINT_ROWS = 4000
-# A WAL that grew (a reader held an old snapshot while rows came in) is cut back to this
-# once a checkpoint has emptied it.
-WAL_SIZE_LIMIT = 16 * 1024 * 1024
 # How long the writer's own connection waits for a lock another process holds, per try;
 # the batch is tried again after it, never dropped while the store runs.
 BUSY_TIMEOUT_MS = 5000
@@ -125,47 +119,8 @@ class Guarded:
     def count(self) -> int:
         return len(self.rows)
 
-    def settle(self, changed: bool | None, error: BaseException | None = None) -> None:
-        _call_soon(self.loop, _settle_guarded, self.done, changed, error)
-
-
-def _settle_guarded(
-    done: asyncio.Future[bool], changed: bool | None, error: BaseException | None
-) -> None:
-    if done.done():
-        return
-    if error is not None:
-        done.set_exception(error)
-    else:
-        done.set_result(bool(changed))
-
-
-def settle(done: asyncio.Future[None], error: BaseException | None) -> None:
-    if done.done():
-        return
-    if error is None:
-        done.set_result(None)
-    else:
-        done.set_exception(error)
-
-
-def _settle_each(outcomes: list[tuple[asyncio.Future[None], BaseException | None]]) -> None:
-    for done, error in outcomes:
-        settle(done, error)
-
-
-def _call_soon(loop: asyncio.AbstractEventLoop, callback: Callable[..., None], *args: Any) -> None:
-    # A loop closed while its call waited has no one left to tell; the writer goes on.
-    with contextlib.suppress(RuntimeError):
-        loop.call_soon_threadsafe(callback, *args)
-
-
-def _is_busy(exc: BaseException) -> bool:
-    """SQLite's "database is locked": another connection holds the write lock."""
-    return isinstance(exc, sqlite3.OperationalError) and getattr(exc, "sqlite_errorname", "") in (
-        "SQLITE_BUSY",
-        "SQLITE_LOCKED",
-    )
+    def settle(self, changed: bool, error: BaseException | None = None) -> None:
+        call_soon(self.loop, settle, self.done, changed, error)
 
 
 def _too_large_inline(parts: Sequence[Sequence[Row]]) -> bool:
@@ -182,18 +137,6 @@ def _too_large_inline(parts: Sequence[Sequence[Row]]) -> bool:
     return size > INLINE_MAX_BYTES
 
 
-def _failure(exc: BaseException) -> StorageError:
-    return StorageError(f"evidence could not be stored: {type(exc).__name__}")
-
-
-def group(rows: Iterable[Row]) -> dict[tuple[Table, tuple[str, ...]], list[dict[str, Any]]]:
-    """Rows by table and columns, each group one statement, in the order they came."""
-    grouped: dict[tuple[Table, tuple[str, ...]], list[dict[str, Any]]] = {}
-    for table, values in rows:
-        grouped.setdefault((table, tuple(values)), []).append(values)
-    return grouped
-
-
 _STOP = object()
 
 
@@ -201,22 +144,23 @@ class Writer:
     """The group-commit thread: drain the queue, one transaction, settle every caller."""
 
     def __init__(self, url: str, synchronous: str | None) -> None:
-        sqlite = make_url(url).get_backend_name() == "sqlite"
+        is_sqlite = make_url(url).get_backend_name() == "sqlite"
         self._engine = create_engine(
-            url, connect_args={} if sqlite else {"application_name": PG_APPLICATION_NAME}
+            url, connect_args={} if is_sqlite else {"application_name": PG_APPLICATION_NAME}
         )
         self.dialect = self._engine.dialect
-        self._sqlite = sqlite
         if synchronous is not None:
-            pragmas = sqlite_pragmas if sqlite else _pg_commit
-            event.listen(self._engine, "connect", pragmas(synchronous))
+            event.listen(
+                self._engine,
+                "connect",
+                sqlite.pragmas(synchronous, busy_timeout_ms=BUSY_TIMEOUT_MS)
+                if is_sqlite
+                else postgres.commit_mode(synchronous),
+            )
+        self._statements = Statements(self.dialect)
         self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._thread = threading.Thread(target=self._run, name="evidence-writer", daemon=True)
         self._stopping = threading.Event()
-        self._compiled: dict[tuple[str, tuple[str, ...]], tuple[str, tuple[str, ...] | None]] = {}
-        # Guard statements are module constants: compiled once, keyed by identity.
-        self._guards: dict[int, tuple[str, tuple[str, ...] | None]] = {}
-        self._copy = self.dialect.name == "postgresql"
         # The database's write turn: the thread's batch, a commit on the loop's thread, or
         # the end of a checkpoint that commits kept from finishing.
         self._turn = threading.Lock()
@@ -231,8 +175,7 @@ class Writer:
         self.row_s = FIRST_GUESS_S  # a batch's commit per row, running average
         self.measured = 0
         self.batches = 0
-        database = make_url(url).database if sqlite else None
-        self._path = database if database and database != ":memory:" else None
+        self._path = sqlite.database_path(url)
         self.checkpointer = (
             Checkpointer(self._path, self._turn, quiet_s=CHECKPOINT_QUIET_S, rows=CHECKPOINT_ROWS)
             if self._path is not None
@@ -241,10 +184,17 @@ class Writer:
         # Commits on the loop's thread: only where a commit is a few page writes in process.
         self.inline = self._path is not None and (synchronous or "FULL") in ("OFF", "NORMAL")
         self._synchronous = synchronous or "FULL"
-        self._inline_conn: sqlite3.Connection | None = None
-        # The thread's connection (a pool's proxy of it); None until (re)opened.
-        self._raw: Any | None = None
-        self.reconnects = 0
+        self._inline_conn: Any | None = None  # a sqlite3 connection, once opened
+        self._inline_link = Fixed(lambda: self._inline_conn)
+        # The thread's connection, opened again when the database drops it.
+        self._link = Reconnecting(self._engine)
+
+    def _running(self) -> bool:
+        return not self._stopping.is_set()
+
+    @property
+    def reconnects(self) -> int:
+        return self._link.reconnects
 
     def start(self) -> None:
         self._thread.start()
@@ -298,6 +248,15 @@ class Writer:
             self.row_s += RECENT_WEIGHT * (seconds / max(rows, 1) - self.row_s)
         self.measured += 1
 
+    def _committed(self, rows: int, started: float | None = None) -> None:
+        """A transaction of `rows` was committed: measured (a batch, from `started`), and
+        counted towards the next checkpoint."""
+        if started is not None:
+            self._measured(time.monotonic() - started, rows)
+            self.batches += 1
+        if self.checkpointer is not None:
+            self.checkpointer.committed(rows)
+
     # -- on the caller's thread ----------------------------------------------------------
 
     def commit_inline(self, parts: Sequence[Sequence[Row]]) -> list[StorageError | None] | None:
@@ -317,44 +276,26 @@ class Writer:
             if conn is None:
                 return None
             started = time.monotonic()
-            isolated = False
-            while True:
-                try:
-                    outcomes = self._write(conn, parts, isolated=isolated)
-                    conn.commit()
-                    break
-                except Exception as exc:
-                    with contextlib.suppress(Exception):
-                        conn.rollback()
-                    if _is_busy(exc):
-                        return None  # someone else holds the lock: the thread waits for it
-                    if isolated or len(parts) == 1:
-                        return [_failure(exc) for _part in parts]
-                    isolated = True  # the failing caller's rows, told from the others'
-            rows = sum(len(part) for part in parts)
-            self._measured(time.monotonic() - started, rows)
-            self.batches += 1
+            try:
+                # Someone else holding the lock gives the batch to the thread, which waits.
+                outcomes, committed = self._attempt(self._inline_link, parts, Busy.GIVE_WAY)
+            except GaveWay:
+                return None
+            if committed:
+                self._committed(sum(len(part) for part in parts), started)
         finally:
             self._turn.release()
-        if self.checkpointer is not None:
-            self.checkpointer.committed(rows)
         return outcomes
 
-    def _connect_inline(self) -> sqlite3.Connection | None:
-        """The loop's own connection, or None for now when the database is locked. The
-        database is in WAL mode already (the thread's connection set it, and it stays)."""
+    def _connect_inline(self) -> Any | None:
+        """The loop's own connection (shared between threads only under `_turn`), or None
+        for now when the database is locked."""
         assert self._path is not None
-        # Shared between threads only under `_turn`; never waits for a lock.
-        conn = sqlite3.connect(self._path, timeout=0, check_same_thread=False)
         try:
-            conn.execute(f"PRAGMA synchronous={self._synchronous}")
-            conn.execute("PRAGMA wal_autocheckpoint=0")
-            conn.execute(f"PRAGMA journal_size_limit={WAL_SIZE_LIMIT}")
+            self._inline_conn = sqlite.connect(self._path, self._synchronous)
         except sqlite3.Error:
-            conn.close()
             return None
-        self._inline_conn = conn
-        return conn
+        return self._inline_conn
 
     # -- the thread ----------------------------------------------------------------------
 
@@ -362,7 +303,7 @@ class Writer:
         # Opened now so the first batch does not wait for it; a failure is the next
         # batch's to report (and to try again).
         try:
-            self._connection()
+            self._link.connection()
         except Exception as exc:
             log.warning("the evidence writer could not connect: %r", exc)
         try:
@@ -398,158 +339,33 @@ class Writer:
                         self._batch_started = None
                         self._finished += len(batch) + len(guarded)
         finally:
-            if self._raw is not None:
-                with contextlib.suppress(Exception):
-                    self._raw.close()
-                self._raw = None
+            self._link.close()
 
-    def _connection(self) -> Any:
-        """The thread's connection, opened again after the last one was lost. The DBAPI
-        connection directly: the statements are SQLAlchemy Core, compiled once per table
-        for this dialect, but each batch skips the per-execute machinery."""
-        if self._raw is None:
-            raw = self._engine.raw_connection()
-            # Whatever the engine read on connecting ends here: a read left open would
-            # keep the WAL from ever starting over.
-            raw.rollback()
-            self._raw = raw
-        return self._raw
+    def _attempt(
+        self, link: Any, parts: Sequence[Sequence[Row]], busy: Busy
+    ) -> tuple[list[StorageError | None], bool]:
+        """Commit `parts` (each one caller's rows) at once, or when that fails, each part
+        on its own: what became of each part, and whether a transaction was committed."""
 
-    def _lost(self, raw: Any, exc: BaseException) -> bool:
-        """Whether `exc` means the connection is gone; if so it is dropped, and the next
-        use opens a new one."""
-        dbapi_error = self.dialect.loaded_dbapi.Error
-        if not isinstance(exc, dbapi_error):
-            return False
-        if not self.dialect.is_disconnect(exc, raw.dbapi_connection, None):
-            return False
-        log.warning("the evidence writer lost its connection: %r", exc)
-        with contextlib.suppress(Exception):
-            raw.invalidate(exc)
-        self._raw = None
-        self.reconnects += 1
-        return True
+        def work(conn: Any, isolated: bool) -> tuple[list[StorageError | None], bool]:
+            return write_parts(self._statements, conn, parts, isolated=isolated), True
 
-    def _statement(self, table: Table, keys: tuple[str, ...]) -> tuple[str, tuple[str, ...] | None]:
-        cached = self._compiled.get((table.name, keys))
-        if cached is None:
-            compiled = insert(table).compile(dialect=self.dialect, column_keys=list(keys))
-            order = tuple(compiled.positiontup) if compiled.positiontup else None
-            cached = self._compiled[(table.name, keys)] = (str(compiled), order)
-        return cached
+        def fail(exc: BaseException) -> tuple[list[StorageError | None], bool]:
+            return [failure(exc) for _part in parts], False
 
-    def _copy_statement(self, table: Table, keys: tuple[str, ...]) -> str:
-        cached = self._compiled.get((f"copy {table.name}", keys))
-        if cached is None:
-            quote = self.dialect.identifier_preparer
-            columns = ", ".join(quote.quote(key) for key in keys)
-            sql = f"COPY {quote.format_table(table)} ({columns}) FROM STDIN"
-            cached = self._compiled[(f"copy {table.name}", keys)] = (sql, keys)
-        return cached[0]
-
-    def _insert(
-        self, cursor: Any, grouped: dict[tuple[Table, tuple[str, ...]], list[dict[str, Any]]]
-    ) -> None:
-        for (table, keys), values_list in grouped.items():
-            if self._copy and len(values_list) > 1:
-                with cursor.copy(self._copy_statement(table, keys)) as copy:
-                    for values in values_list:
-                        copy.write_row(tuple(values[k] for k in keys))
-                continue
-            sql, order = self._statement(table, keys)
-            params = (
-                [tuple(v[k] for k in order) for v in values_list]
-                if order is not None
-                else values_list
-            )
-            if len(params) == 1:
-                cursor.execute(sql, params[0])
-            else:
-                cursor.executemany(sql, params)
-
-    def _write(
-        self, conn: Any, parts: Sequence[Sequence[Row]], *, isolated: bool
-    ) -> list[StorageError | None]:
-        """Insert `parts` in the open transaction, not committed. At once, or (`isolated`)
-        each part in a savepoint of its own: a part that fails is rolled back alone and
-        reported, the others stay. Raises what fails the transaction as a whole."""
-        cursor = conn.cursor()
-        try:
-            if not isolated:
-                self._insert(cursor, group(row for part in parts for row in part))
-                return [None] * len(parts)
-            if self._sqlite:
-                # Python's sqlite3 opens a transaction only before an INSERT: the first
-                # SAVEPOINT would open one instead, and its RELEASE commit it.
-                cursor.execute("BEGIN")
-            outcomes: list[StorageError | None] = []
-            for part in parts:
-                cursor.execute("SAVEPOINT evidence_part")
-                try:
-                    self._insert(cursor, group(part))
-                except Exception as exc:
-                    if _is_busy(exc):
-                        raise  # the whole batch waits for the lock, not this part
-                    # On a lost connection this fails too, and the whole batch with it.
-                    cursor.execute("ROLLBACK TO SAVEPOINT evidence_part")
-                    outcomes.append(_failure(exc))
-                else:
-                    outcomes.append(None)
-                cursor.execute("RELEASE SAVEPOINT evidence_part")
-            return outcomes
-        finally:
-            cursor.close()
-
-    def _store(self, parts: Sequence[Sequence[Row]]) -> list[StorageError | None]:
-        """Commit `parts` (each one caller's rows) on the thread's connection: at once, or
-        when that fails, each part on its own. What became of each part."""
-        isolated = False
-        reconnected = False
-        while True:
-            try:
-                raw = self._connection()
-            except Exception as exc:
-                log.warning("the evidence writer could not connect: %r", exc)
-                return [_failure(exc) for _part in parts]
-            try:
-                outcomes = self._write(raw, parts, isolated=isolated)
-            except Exception as exc:
-                with contextlib.suppress(Exception):
-                    raw.rollback()
-                if _is_busy(exc) and not self._stopping.is_set():
-                    # Someone else holds the database's lock longer than the busy timeout:
-                    # what was accepted waits for it (new calls are turned away meanwhile).
-                    continue
-                if self._lost(raw, exc):
-                    # Lost before COMMIT was sent: the server rolled the transaction back
-                    # with its session, so nothing of it is stored. Once more, on a new
-                    # connection (a second loss fails the batch: the database is down).
-                    if reconnected:
-                        return [_failure(exc) for _part in parts]
-                    reconnected = True
-                    continue
-                if not isolated and len(parts) > 1:
-                    isolated = True  # the failing caller's rows, told from the others'
-                    continue
-                return [_failure(exc) for _part in parts]
-            try:
-                raw.commit()
-            except Exception as exc:
-                with contextlib.suppress(Exception):
-                    raw.rollback()
-                if _is_busy(exc) and not self._stopping.is_set():
-                    continue  # nothing was stored: as for a lock held during the inserts
-                # Lost while COMMIT was under way (`_lost` drops the connection for the
-                # next batch): it may or may not have been stored, and writing it again
-                # could store it twice, so its callers fail. Anything else failing a COMMIT
-                # left nothing stored either.
-                self._lost(raw, exc)
-                return [_failure(exc) for _part in parts]
-            return outcomes
+        return attempt(
+            link,
+            work,
+            fail=fail,
+            busy=busy,
+            waiting=self._running,
+            isolate=len(parts) > 1,
+        )
 
     def _commit(self, batch: list[Pending]) -> None:
         started = time.monotonic()
-        outcomes = iter(self._store([rows for p in batch for rows, _done in p.parts]))
+        parts = [rows for p in batch for rows, _done in p.parts]
+        outcomes = iter(self._attempt(self._link, parts, Busy.WAIT)[0])
         stored, committed = 0, False
         by_loop: dict[asyncio.AbstractEventLoop, list[tuple[asyncio.Future[None], Any]]] = {}
         for pending in batch:
@@ -560,161 +376,37 @@ class Writer:
                 if error is None:
                     stored, committed = stored + len(rows), True
         if committed:
-            self._measured(time.monotonic() - started, stored)
-            self.batches += 1
-            if self.checkpointer is not None:
-                self.checkpointer.committed(stored)
+            self._committed(stored, started)
         # One wake-up per event loop for the whole batch.
         for loop, settled in by_loop.items():
-            _call_soon(loop, _settle_each, settled)
+            call_soon(loop, settle_each, settled)
 
     def _change(self, change: Guarded) -> None:
-        cached = self._guards.get(id(change.guard))
-        if cached is None:
-            compiled = change.guard.compile(dialect=self.dialect)
-            order = tuple(compiled.positiontup) if compiled.positiontup else None
-            cached = self._guards[id(change.guard)] = (str(compiled), order)
-        sql, order = cached
-        params = tuple(change.params[k] for k in order) if order is not None else change.params
-        reconnected = False
-        while True:
-            committing = False
+        sql, params = self._statements.guard(change.guard, change.params)
+
+        def work(conn: Any, _isolated: bool) -> bool:
+            cursor = conn.cursor()
             try:
-                raw = self._connection()
-                cursor = raw.cursor()
-                try:
-                    cursor.execute(sql, params)
-                    changed = cursor.rowcount == 1
-                    if changed:
-                        self._insert(cursor, group(change.rows))
-                        committing = True
-                        raw.commit()
-                    else:
-                        raw.rollback()
-                finally:
-                    cursor.close()
-            except Exception as exc:
-                if self._raw is not None:
-                    with contextlib.suppress(Exception):
-                        self._raw.rollback()
-                    # As for a batch: a change lost before its COMMIT was sent is not
-                    # stored, and is tried once more on a new connection.
-                    if self._lost(self._raw, exc) and not committing and not reconnected:
-                        reconnected = True
-                        continue
-                change.settle(None, StorageError(f"the change could not be stored: {exc}"))
-                return
-            break
-        if changed and self.checkpointer is not None:
-            self.checkpointer.committed(len(change.rows) + 1)
+                cursor.execute(sql, params)
+                if cursor.rowcount != 1:
+                    conn.rollback()  # nothing to commit
+                    return False
+                self._statements.insert(cursor, group(change.rows))
+                return True
+            finally:
+                cursor.close()
+
+        # A lock held past the busy timeout fails the change (its caller is told, and may
+        # ask again), where accepted evidence waits for it.
+        try:
+            changed = attempt(self._link, work, fail=_change_failed, busy=Busy.FAIL)
+        except StorageError as exc:
+            change.settle(False, exc)
+            return
+        if changed:
+            self._committed(len(change.rows) + 1)
         change.settle(changed)
 
 
-class Checkpointer:
-    """Copies SQLite's WAL into the database file from a thread and connection of its own:
-    once no commit came for `quiet_s`, or once `rows` were committed since the last time,
-    whichever is first. `PASSIVE`: it copies what no reader still needs and waits for no
-    one, and the copy goes on while commits append to the WAL.
-
-    The WAL file is used again from its start only once every frame is copied and no one
-    is in the middle of a commit, which commits arriving all the time never let happen
-    (measured: a gateway writing without a pause had a 26 MB WAL for 10 MB of rows). So a
-    second pass, holding the writer's `turn`, copies what came during the first and starts
-    the WAL over (`RESTART`, which waits for no reader: with one in the WAL it leaves the
-    start for next time). Commits of this process wait for that second pass only; the
-    first, which copies the bulk, waits for nobody and no one waits for it."""
-
-    def __init__(self, path: str, turn: threading.Lock, *, quiet_s: float, rows: int) -> None:
-        self.path = path
-        self._turn = turn
-        self.quiet_s = quiet_s
-        self.rows = rows
-        self.checkpoints = 0
-        # What the last checkpoint found: frames in the WAL, and frames copied.
-        self.last: tuple[int, int] | None = None
-        self._dirty = threading.Event()
-        self._stopping = False
-        # Rows since the last checkpoint; counted by the committing threads and reset by
-        # this one without a lock: an estimate is all a threshold needs.
-        self._since = 0
-        self._thread = threading.Thread(target=self._run, name="sqlite-checkpoint", daemon=True)
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stopping = True
-        self._dirty.set()
-        self._thread.join()
-
-    def committed(self, rows: int) -> None:
-        self._since += rows
-        self._dirty.set()
-
-    def _run(self) -> None:
-        conn = sqlite3.connect(self.path, timeout=0, check_same_thread=False)
-        try:
-            while True:
-                self._dirty.wait()
-                # Wait for a quiet moment, unless enough rows piled up meanwhile.
-                while not self._stopping and self._since < self.rows:
-                    self._dirty.clear()
-                    if not self._dirty.wait(self.quiet_s):
-                        break
-                if self._stopping:
-                    return
-                self._dirty.clear()
-                self._since = 0
-                self.checkpoint(conn)
-                # The tail, and the WAL started over: this process's commits hold still
-                # for as long as it takes to copy what came during the first pass.
-                with self._turn:
-                    self.checkpoint(conn, "RESTART")
-        finally:
-            conn.close()
-
-    def checkpoint(self, conn: sqlite3.Connection, mode: str = "PASSIVE") -> bool:
-        """One checkpoint; whether it copied every frame of the WAL (a failed one counts
-        as done: the next commit brings the next try). `RESTART`, with the writer's turn
-        held, also starts the WAL over itself when no reader is in it; this connection
-        waits for no one (`busy_timeout` 0), so it is as short as the `PASSIVE` one."""
-        try:
-            [(_busy, frames, copied)] = conn.execute(f"PRAGMA wal_checkpoint({mode})").fetchall()
-        except sqlite3.Error as exc:
-            log.warning("SQLite checkpoint failed: %r", exc)
-            return True
-        self.last = (int(frames), int(copied))
-        self.checkpoints += 1
-        return int(copied) >= int(frames)
-
-
-def _pg_commit(synchronous: str) -> Any:
-    """PostgreSQL's commit waits for its WAL flush unless told otherwise (`OFF`, `NORMAL`:
-    the writer's commits are asynchronous, lost only if the database server itself stops
-    within a fraction of a second, as SQLite's `NORMAL` loses them only to a power cut)."""
-    setting = "on" if synchronous in ("FULL", "EXTRA") else "off"
-
-    def apply(dbapi_conn: Any, _record: Any) -> None:
-        cur = dbapi_conn.cursor()
-        cur.execute(f"SET synchronous_commit = {setting}")
-        cur.close()
-        dbapi_conn.commit()
-
-    return apply
-
-
-def sqlite_pragmas(synchronous: str, *, busy_timeout_ms: int | None = None) -> Any:
-    """Every gateway connection to SQLite: WAL, the commit mode, and no checkpoint inside
-    a commit (the `Checkpointer` runs them)."""
-    busy_ms = BUSY_TIMEOUT_MS if busy_timeout_ms is None else busy_timeout_ms
-
-    def apply(dbapi_conn: Any, _record: Any) -> None:
-        cur = dbapi_conn.cursor()
-        cur.execute("PRAGMA journal_mode=WAL")
-        cur.execute(f"PRAGMA synchronous={synchronous}")
-        cur.execute(f"PRAGMA busy_timeout={busy_ms}")
-        cur.execute("PRAGMA wal_autocheckpoint=0")
-        cur.execute(f"PRAGMA journal_size_limit={WAL_SIZE_LIMIT}")
-        cur.close()
-
-    return apply
+def _change_failed(exc: BaseException) -> bool:
+    raise StorageError(f"the change could not be stored: {exc}") from exc

@@ -41,9 +41,9 @@ from pydantic import BaseModel, ValidationError
 from gateway.admission import Admission
 from gateway.errors import GatewayError, ToolFailure
 from gateway.identity import TaskIdentity
+from gateway.ids import new_id
 from gateway.ports import ApprovalDesk, CallRunner, Catalog, EventRecorder
 from gateway.results import Door, ErrorCode, ToolStatus
-from gateway.store.database import new_id
 from gateway.tabs import frames
 from gateway.tabs.actions import UIAction, build_action
 from gateway.tabs.channel import (
