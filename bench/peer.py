@@ -18,6 +18,12 @@ navigate + snapshot, click. The sides take turns
 round by round (the order rotates), so the machine's drift hits them alike. The goal is to
 be ahead on every row (ratio gateway/peer below 1, p50 and p99).
 
+`--configs 1x1,1x2,1x4,2x2` compares browser pool shapes instead (processes x actions per
+process, `GATEWAY_BROWSER_PROCESSES` x `GATEWAY_BROWSER_ACTIONS_PER_PROCESS`): one warm
+gateway per shape, the work rows only, every shape and the peer taking turns in the same
+rounds, each figure a ratio against the peer of that run, with the 1-minute load average at
+the rounds' starts next to it.
+
 Run: `python -m bench.peer` (`--quick` for fewer rounds; on a machine busy with other work,
 `--samples 24 --quiet-s 2` keeps all three columns within a quarter of an hour: the wait for
 an idle CPU before each round gives up after that many seconds, and it never comes there).
@@ -306,8 +312,11 @@ async def work_round(sessions: list[Session], url: str, samples: Samples) -> Non
     await asyncio.gather(*(one(s) for s in sessions))
 
 
-async def work(sides: dict[str, Any], url: str, sessions: int, rounds: int) -> dict[str, Samples]:
-    """`sessions` open sessions per side; rounds alternate between the sides."""
+async def work(
+    sides: dict[str, Any], url: str, sessions: int, rounds: int, loads: Samples | None = None
+) -> dict[str, Samples]:
+    """`sessions` open sessions per side; rounds alternate between the sides. `loads` gets
+    each side's 1-minute load average at the start of its rounds."""
     opened = {
         name: await asyncio.gather(*(side.open(url) for _ in range(sessions)))
         for name, side in sides.items()
@@ -321,6 +330,8 @@ async def work(sides: dict[str, Any], url: str, sessions: int, rounds: int) -> d
         for i in range(rounds):
             for name in names[i % len(names) :] + names[: i % len(names)]:
                 await settle(sides)
+                if loads is not None:
+                    loads.setdefault(name, []).append(os.getloadavg()[0])
                 await work_round(opened[name], url, samples[name])
     finally:
         for group in opened.values():
@@ -346,8 +357,11 @@ def row(measure: str, sessions: int, peer: list[float], ours: list[float]) -> di
 
 
 @contextlib.asynccontextmanager
-async def gateway(data: Path, warm: int) -> AsyncIterator[str]:
-    """`gateway serve` in its own process, as it is deployed (the peer runs in its own too)."""
+async def gateway(
+    data: Path, warm: int, settings: dict[str, str] | None = None
+) -> AsyncIterator[str]:
+    """`gateway serve` in its own process, as it is deployed (the peer runs in its own too);
+    `settings`: more of its environment (GATEWAY_* names)."""
     from gateway.serving import free_port
 
     port = free_port()
@@ -357,6 +371,7 @@ async def gateway(data: Path, warm: int) -> AsyncIterator[str]:
         "GATEWAY_CONTROL_KEY": CONTROL_KEY,
         "GATEWAY_BROWSER_WARM_CONTEXTS": str(warm),
         "GATEWAY_MAX_CONTEXTS": str(max(COLUMNS) + 16),
+        **(settings or {}),
     }
     log = (data.parent / f"{data.name}.log").open("wb")  # its access log, off the terminal
     proc = await asyncio.create_subprocess_exec(
@@ -444,16 +459,92 @@ async def measure(
     return rows, notes
 
 
+OPS = ("navigate", "snapshot", "navigate + snapshot", "click")
+
+
+def pool_shape(config: str) -> dict[str, str]:
+    """`2x4`: 2 Chromium processes with 4 actions each, as the gateway's settings."""
+    processes, _, actions = config.partition("x")
+    if not (processes.isdigit() and actions.isdigit()):
+        raise SystemExit(f"a pool shape is PROCESSESxACTIONS, such as 1x2, not {config!r}")
+    return {
+        "GATEWAY_BROWSER_PROCESSES": processes,
+        "GATEWAY_BROWSER_ACTIONS_PER_PROCESS": actions,
+    }
+
+
+async def measure_shapes(
+    configs: list[str], quick: bool, samples: int = MIN_SAMPLES
+) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """The work rows, one warm gateway per pool shape, all of them and the peer in turns."""
+    version = ensure_peer()
+    columns = (1, 8) if quick else COLUMNS
+    work_rounds = {1: 16, 8: 4} if quick else {n: -(-samples // n) for n in columns}
+    rows: list[dict[str, Any]] = []
+    loads: dict[int, Samples] = {n: {} for n in columns}
+    with tempfile.TemporaryDirectory() as tmp:
+        work_dir = Path(tmp)
+        async with contextlib.AsyncExitStack() as stack:
+            app = await stack.enter_async_context(app_process())
+            url = app + "/"
+            sides: dict[str, Any] = {"peer": Peer(work_dir)}
+            for config in configs:
+                base = await stack.enter_async_context(
+                    gateway(work_dir / config, warm=8, settings=pool_shape(config))
+                )
+                sides[config] = Ours(base, app, warm=8)
+                stack.push_async_callback(sides[config].aclose)
+            for side in sides.values():
+                await (await side.open(url)).close()
+            done = {n: await work(sides, url, n, work_rounds[n], loads[n]) for n in columns}
+    for n in columns:
+        for config in configs:
+            for op in OPS:
+                line = row(op, n, done[n]["peer"][op], done[n][config][op])
+                line["pool (processes x actions)"] = config
+                line["load 1m, peer rounds"] = sum(loads[n]["peer"]) / len(loads[n]["peer"])
+                line["load 1m, gateway rounds"] = sum(loads[n][config]) / len(loads[n][config])
+                rows.append(line)
+    notes = {
+        "peer": f"@playwright/mcp {version}, stdio, --headless --isolated, one process per session",
+        "gateway": "one per pool shape, warm stock 8, SDK client over streamable HTTP",
+        "shapes": configs,
+        "goal": "gateway ahead of the peer on every row (p50 and p99)",
+        "met": all(r["ahead"] for r in rows),
+        "quick": quick,
+        "longest wait for an idle CPU before a round (s)": QUIET_S,
+        "load average at end": list(os.getloadavg()),
+    }
+    return rows, notes
+
+
 def main() -> int:
     global QUIET_S
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--quick", action="store_true", help="fewer rounds")
     parser.add_argument("--samples", type=int, default=MIN_SAMPLES, help="samples per row")
     parser.add_argument("--quiet-s", type=float, default=QUIET_S, help="idle-CPU wait, at most")
+    parser.add_argument(
+        "--configs",
+        default="",
+        help="pool shapes to compare, PROCESSESxACTIONS comma-separated (1x1,1x2,2x2)",
+    )
     args = parser.parse_args()
     QUIET_S = args.quiet_s
-    rows, notes = asyncio.run(measure(args.quick, args.samples))
-    path = write("peer", rows, notes)
+    if args.configs:
+        configs = [c.strip() for c in args.configs.split(",") if c.strip()]
+        rows, notes = asyncio.run(measure_shapes(configs, args.quick, args.samples))
+        path = write("peer-shapes", rows, notes)
+    else:
+        rows, notes = asyncio.run(measure(args.quick, args.samples))
+        path = write("peer", rows, notes)
+    for r in rows:
+        shape = r.get("pool (processes x actions)", "")
+        print(
+            f"{shape:>4} {r['measure']:<42} @{r['sessions']:<2} "
+            f"p50 {r['ratio p50']:.2f}x p99 {r['ratio p99']:.2f}x"
+            + (f" load {r['load 1m, gateway rounds']:.1f}" if shape else "")
+        )
     behind = [f"{r['measure']} @{r['sessions']}" for r in rows if not r["ahead"]]
     print(f"ahead on every row: {notes['met']}")
     if behind:

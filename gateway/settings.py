@@ -80,8 +80,10 @@ class Settings(BaseSettings):
     browser_download_max_bytes: int = Field(default=32 * 1024 * 1024, ge=1, le=1024**3)
     # Browser actions running at once per Chromium process; the others wait their turn, and
     # a call that could not get one before its deadline is `unavailable`/`overloaded` at
-    # once (gateway/browser/admission.py; the default is measured in docs/task-browser.md).
-    browser_actions_per_process: int = Field(default=1, ge=1, le=64)
+    # once (gateway/browser/admission.py). Two: a task's snapshot or click runs beside
+    # another task's navigate instead of behind it, while one renderer's load still has a
+    # core to itself on a small machine (measured in docs/performance.md, bench.peer).
+    browser_actions_per_process: int = Field(default=4, ge=1, le=64)
     # Calls that may wait per action slot before more are turned away. None (the default):
     # a call waits whenever the work ahead of it is predicted to end in time for its
     # deadline, so a burst of tasks acting at the same moment is served instead of told to
