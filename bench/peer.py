@@ -19,7 +19,8 @@ round by round (the order rotates), so the machine's drift hits them alike. The 
 be ahead on every row (ratio gateway/peer below 1, p50 and p99).
 
 `--configs 1x1,1x2,1x4,2x2` compares browser pool shapes instead (processes x actions per
-process, `GATEWAY_BROWSER_PROCESSES` x `GATEWAY_BROWSER_ACTIONS_PER_PROCESS`): one warm
+process, `GATEWAY_BROWSER_PROCESSES` x `GATEWAY_BROWSER_ACTIONS_PER_PROCESS`, and a third
+figure for `GATEWAY_BROWSER_READS_PER_PROCESS`, as in 1x4x0,1x4x8): one warm
 gateway per shape, the work rows only, every shape and the peer taking turns in the same
 rounds, each figure a ratio against the peer of that run, with the 1-minute load average at
 the rounds' starts next to it.
@@ -463,14 +464,20 @@ OPS = ("navigate", "snapshot", "navigate + snapshot", "click")
 
 
 def pool_shape(config: str) -> dict[str, str]:
-    """`2x4`: 2 Chromium processes with 4 actions each, as the gateway's settings."""
-    processes, _, actions = config.partition("x")
-    if not (processes.isdigit() and actions.isdigit()):
-        raise SystemExit(f"a pool shape is PROCESSESxACTIONS, such as 1x2, not {config!r}")
-    return {
-        "GATEWAY_BROWSER_PROCESSES": processes,
-        "GATEWAY_BROWSER_ACTIONS_PER_PROCESS": actions,
+    """`2x4`: 2 Chromium processes with 4 actions each, as the gateway's settings; `1x4x0`:
+    and 0 read slots (snapshots take action slots), `1x4x8` 8 of them."""
+    parts = config.split("x")
+    if len(parts) not in (2, 3) or not all(p.isdigit() for p in parts):
+        raise SystemExit(
+            f"a pool shape is PROCESSESxACTIONS[xREADS], such as 1x2 or 1x4x8, not {config!r}"
+        )
+    shape = {
+        "GATEWAY_BROWSER_PROCESSES": parts[0],
+        "GATEWAY_BROWSER_ACTIONS_PER_PROCESS": parts[1],
     }
+    if len(parts) == 3:
+        shape["GATEWAY_BROWSER_READS_PER_PROCESS"] = parts[2]
+    return shape
 
 
 async def measure_shapes(

@@ -80,10 +80,16 @@ class Settings(BaseSettings):
     browser_download_max_bytes: int = Field(default=32 * 1024 * 1024, ge=1, le=1024**3)
     # Browser actions running at once per Chromium process; the others wait their turn, and
     # a call that could not get one before its deadline is `unavailable`/`overloaded` at
-    # once (gateway/browser/admission.py). Two: a task's snapshot or click runs beside
-    # another task's navigate instead of behind it, while one renderer's load still has a
-    # core to itself on a small machine (measured in docs/performance.md, bench.peer).
+    # once (gateway/browser/admission.py). Four: a task's click runs beside other tasks'
+    # navigates instead of behind them, while a renderer's load still gets a fair share of
+    # a small machine's cores (measured in docs/performance.md, bench.peer).
     browser_actions_per_process: int = Field(default=4, ge=1, le=64)
+    # Snapshots running at once per Chromium process, in a lane of their own: a snapshot
+    # only reads the page's accessibility tree, so it never waits behind another task's
+    # navigate for an action slot (at 8 sessions in one slot lane, snapshot p50 was 4.9x
+    # Playwright MCP's; with its own lane, 1.2x; docs/performance.md). 0: snapshots take
+    # action slots like every other call (the strictest bound on a process's work).
+    browser_reads_per_process: int = Field(default=8, ge=0, le=64)
     # Calls that may wait per action slot before more are turned away. None (the default):
     # a call waits whenever the work ahead of it is predicted to end in time for its
     # deadline, so a burst of tasks acting at the same moment is served instead of told to

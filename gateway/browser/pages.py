@@ -157,7 +157,8 @@ async def _signals(ctx: ToolContext, args: SignalsInput, kind: str) -> dict[str,
     async def act(_page: Page) -> dict[str, Any]:
         return session.signals.since(kind, args.since, args.limit)
 
-    return await session.run(ctx, act)
+    # A list the gateway kept: nothing on the page is touched, so no action slot is taken.
+    return await session.run(ctx, act, reads_only=True)
 
 
 async def console(ctx: ToolContext, args: SignalsInput) -> dict[str, Any]:

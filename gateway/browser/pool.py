@@ -101,17 +101,16 @@ class BrowserPool:
         # By slot index: a relaunched Chromium (a reconnected server) takes its place, queue
         # and average.
         self.admissions = [
-            Admission(
-                settings.browser_actions_per_process,
-                max_waiting=(
-                    None
-                    if settings.browser_waiting_per_slot is None
-                    else settings.browser_actions_per_process * settings.browser_waiting_per_slot
-                ),
-                on_shed=shed.inc if shed is not None else None,
-            )
+            lane(settings.browser_actions_per_process, settings, shed)
             for _ in range(processes.count)
         ]
+        # Snapshots only read a page: they take a slot of a lane of their own, so a task's
+        # snapshot never queues behind another task's navigate.
+        self.read_admissions = (
+            [lane(settings.browser_reads_per_process, settings, shed) for _ in self.admissions]
+            if settings.browser_reads_per_process
+            else self.admissions
+        )
         self._denials: Counter | None = None
         if metrics is not None:
             gauge = Gauge(
@@ -137,6 +136,14 @@ class BrowserPool:
             )
             for index, admission in enumerate(self.admissions):
                 queue.labels(str(index)).set_function(partial(_queued, admission))
+            reads = Gauge(
+                "gateway_browser_read_queue",
+                "Snapshots waiting for a read slot, per Chromium process",
+                ["process"],
+                registry=metrics,
+            )
+            for index, admission in enumerate(self.read_admissions):
+                reads.labels(str(index)).set_function(partial(_queued, admission))
 
     # -- life -----------------------------------------------------------------------------
 
@@ -303,6 +310,7 @@ class BrowserPool:
                     trace=self.settings.browser_trace,
                     keep_screenshots=self.settings.browser_screenshots,
                     admission=PageAdmission(self.admissions[process.index]),
+                    reads=PageAdmission(self.read_admissions[process.index]),
                     storage_state=state,
                     record_video=record_video,
                 ),
@@ -426,6 +434,20 @@ class BrowserPool:
         for task_id, at in list(self._ended.items()):
             if now - at > ENDED_MEMORY_S:
                 del self._ended[task_id]
+
+
+def lane(slots: int, settings: Settings, shed: Counter | None) -> Admission:
+    """The admission of one of a process's lanes: `slots` at once, the queue bounded as
+    the settings say, each call turned away counted."""
+    return Admission(
+        slots,
+        max_waiting=(
+            None
+            if settings.browser_waiting_per_slot is None
+            else slots * settings.browser_waiting_per_slot
+        ),
+        on_shed=shed.inc if shed is not None else None,
+    )
 
 
 def _queued(admission: Admission) -> float:

@@ -139,6 +139,7 @@ class BrowserSession:
         trace: bool,
         keep_screenshots: bool = False,
         admission: ActionSlots | None = None,
+        reads: ActionSlots | None = None,
         video: VideoRecording | None = None,
     ) -> None:
         self.process = process
@@ -146,6 +147,8 @@ class BrowserSession:
         self.video = video
         # The action slots of its process, shared with the process's other contexts.
         self.admission: ActionSlots = admission if admission is not None else Admission(1)
+        # The read slots of its process: a snapshot waits only for other snapshots.
+        self.reads: ActionSlots = reads if reads is not None else Admission(1)
         self.context = context
         self.page = page
         self.proxy = proxy
@@ -237,6 +240,7 @@ class BrowserSession:
         trace: bool,
         keep_screenshots: bool = False,
         admission: ActionSlots | None = None,
+        reads: ActionSlots | None = None,
         storage_state: StorageState | None = None,
         record_video: bool = False,
     ) -> BrowserSession:
@@ -280,6 +284,7 @@ class BrowserSession:
             trace=trace,
             keep_screenshots=keep_screenshots,
             admission=admission,
+            reads=reads,
             video=video,
         )
         if storage_state is not None:
@@ -732,6 +737,7 @@ class BrowserSession:
         dialog_aware: bool = False,
         answers_dialog: bool = False,
         keeps_refs: bool = False,
+        reads_only: bool = False,
     ) -> T:
         """Run one call's action on the page, then settle and apply the guard's verdict.
 
@@ -739,11 +745,14 @@ class BrowserSession:
         the call at once with what the page asked (the action waits, parked, for
         `browser.handle_dialog`); without, such a dialog is dismissed. A dialog still open
         when a call starts is dismissed first (unless the call `answers_dialog`). Unless
-        the call `keeps_refs` (a snapshot of its own), every ref the agent holds resolves."""
+        the call `keeps_refs` (a snapshot of its own), every ref the agent holds resolves.
+        A call that `reads_only` (a snapshot: it changes nothing on the page) takes a read
+        slot, not an action slot."""
         try:
             if not keeps_refs:
                 action = self._with_refs(action)
-            return await self._run(ctx, action, dialog_aware, answers_dialog)
+            lane = self.reads if reads_only else self.admission
+            return await self._run(ctx, action, dialog_aware, answers_dialog, lane)
         finally:
             self.release_start()
 
@@ -753,6 +762,7 @@ class BrowserSession:
         action: Callable[[Page], Awaitable[T]],
         dialog_aware: bool,
         answers_dialog: bool,
+        lane: ActionSlots,
     ) -> T:
         async with self.lock:
             if self.lost is not None:
@@ -761,7 +771,7 @@ class BrowserSession:
             if down is not None:
                 ctx.evidence["page"] = self.url[:2048]
                 raise down
-            async with self._admitted(ctx.time_left(), ctx.evidence):
+            async with self._admitted(lane, ctx.time_left(), ctx.evidence):
                 self._in_call, self._dialog_aware = True, dialog_aware
                 self._dismissed_leaving = 0
                 self.stuck.clear()
@@ -857,13 +867,13 @@ class BrowserSession:
 
     @contextlib.asynccontextmanager
     async def _admitted(
-        self, time_left: float, evidence: dict[str, Any] | None = None
+        self, lane: ActionSlots, time_left: float, evidence: dict[str, Any] | None = None
     ) -> AsyncIterator[None]:
-        """Hold one of the process's action slots for what the block does to the page. A
-        call turned away (`overloaded`) has not touched the page; its evidence says so,
-        with the page as it was."""
+        """Hold one of the process's slots of `lane` (actions or reads) for what the block
+        does to the page. A call turned away (`overloaded`) has not touched the page; its
+        evidence says so, with the page as it was."""
         try:
-            waited = await self.admission.acquire(time_left)
+            waited = await lane.acquire(time_left)
         except ToolFailure:
             if evidence is not None:
                 evidence["page"] = self.url[:2048]
@@ -875,7 +885,7 @@ class BrowserSession:
         try:
             yield
         finally:
-            self.admission.release(time.monotonic() - started)
+            lane.release(time.monotonic() - started)
 
     async def _settle(self) -> None:
         """Let the action's direct consequences (popups, a restore) finish before judging."""
@@ -931,7 +941,7 @@ class BrowserSession:
         async with self.lock:
             if self.lost is not None:
                 raise self._gone()
-            async with self._admitted(time_left):
+            async with self._admitted(self.admission, time_left):
                 try:
                     return await self.page.screenshot(type="png", timeout=timeout_ms)
                 except PlaywrightError as exc:

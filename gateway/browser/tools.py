@@ -164,7 +164,7 @@ async def snapshot(ctx: ToolContext, args: SnapshotInput) -> dict[str, Any]:
         snap = await session.take_snapshot(page, scope=scope, depth=args.depth)
         return {"url": page.url, **snapshot_fields(snap)}
 
-    return await session.run(ctx, act, keeps_refs=args.ref is None)
+    return await session.run(ctx, act, keeps_refs=args.ref is None, reads_only=True)
 
 
 async def click(ctx: ToolContext, args: ClickInput) -> dict[str, Any]:

@@ -162,7 +162,7 @@ async def test_a_call_the_full_browser_cannot_serve_is_turned_away_at_once_untou
         home = origin + "/"
 
         held = await holding(b.call(holder, "browser.navigate", url="/hold"), app, admission)
-        queued = [asyncio.ensure_future(b.call(t, "browser.snapshot")) for t in waiting]
+        queued = [asyncio.ensure_future(b.call(t, "browser.navigate", url="/")) for t in waiting]
         await until(lambda: admission.queued == len(waiting), "the calls wait their turn")
 
         # At least 1 s of work is ahead (the held page's action) and the call has 1 s: it
@@ -198,6 +198,38 @@ async def test_a_call_the_full_browser_cannot_serve_is_turned_away_at_once_untou
         assert again.ok, again
         assert app.paths.count("/second") == 1
         assert metric(registry, 'gateway_calls_shed_total{resource="browser"}') == 1
+
+
+async def test_a_snapshot_does_not_wait_behind_another_tasks_action(
+    tmp_path: Path, sites: Sites, task_chromium: BrowserProcesses
+) -> None:
+    async with (
+        held_app() as (app, origin),
+        browser_gateway(tmp_path, sites, task_chromium, browser_actions_per_process=1) as b,
+    ):
+        admission, reads = b.pool.admissions[0], b.pool.read_admissions[0]
+        holder, reader, actor = [await b.task(app_origin=origin) for _ in range(3)]
+        for task in (holder, reader, actor):
+            assert (await b.call(task, "browser.navigate", url="/")).ok
+        held = await holding(b.call(holder, "browser.navigate", url="/hold"), app, admission)
+        # The one action slot is held: another task's navigate waits for it...
+        waiting = asyncio.ensure_future(b.call(actor, "browser.navigate", url="/second"))
+        await until(lambda: admission.queued == 1, "the action waits its turn")
+        # ...while a snapshot, which only reads its page, is answered in a read slot.
+        snap = await asyncio.wait_for(b.call(reader, "browser.snapshot"), BOUND_S)
+        assert snap.ok and "Page home" in snap.output["snapshot"], snap
+        assert not held.done() and not waiting.done()
+        [*_, record] = await b.evidence(reader, "call")
+        assert "admission" not in record.get("context", {})
+        assert reads.queued == 0 and reads.running == 0 and reads.measured >= 1
+        registry = b.gw.metrics.registry
+        assert metric(registry, 'gateway_browser_read_queue{process="0"}') == 0
+        assert metric(registry, 'gateway_browser_queue{process="0"}') == 1
+
+        app.release.set()
+        results = await asyncio.wait_for(asyncio.gather(held, waiting), BOUND_S)
+        assert all(r.ok for r in results), results
+        assert metric(registry, 'gateway_calls_shed_total{resource="browser"}') == 0
 
 
 async def test_a_burst_that_fits_its_deadlines_waits_and_is_served(
@@ -311,7 +343,7 @@ async def test_the_http_bridge_says_503_with_retry_after_and_mcp_the_retry_hint(
             assert (await client.call("browser.navigate", {"url": "/"})).ok
 
         held = await holding(holder.call("browser.navigate", {"url": "/hold"}), app, admission)
-        queued = [asyncio.ensure_future(c.call("browser.snapshot", {})) for c in waiting]
+        queued = [asyncio.ensure_future(c.call("browser.navigate", {"url": "/"})) for c in waiting]
         await until(lambda: admission.queued == len(waiting), "the calls wait their turn")
 
         # A plain HTTP client: 503, Retry-After, and the usual result envelope.
@@ -340,7 +372,7 @@ async def test_the_http_bridge_says_503_with_retry_after_and_mcp_the_retry_hint(
             httpx2.AsyncClient(headers={"authorization": f"Bearer {token}"}) as mcp_http,
             Client(streamable_http_client(f"{live.base_url}/v1/mcp", http_client=mcp_http)) as mcp,
         ):
-            result = await mcp.call_tool("browser.snapshot", {})
+            result = await mcp.call_tool("browser.navigate", {"url": "/"})
         assert result.is_error
         content: dict[str, Any] = result.structured_content or {}
         assert content["status"] == "unavailable"
