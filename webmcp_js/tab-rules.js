@@ -206,6 +206,7 @@ export const RULES = freeze({
     "control": "[\\x00-\\x08\\x0b\\x0c\\x0e-\\x1f\\x7f-\\x9f]",
     "max_depth": 8,
     "pseudo": "(javascript|vbscript|data|file|blob|filesystem):",
+    "relative": "^(//|\\\\\\\\)",
     "tag": "<[a-z!/?]",
     "url": "[a-z][a-z0-9+.\\-]*://",
     "whitespace": "[\\t\\n\\x0b\\x0c\\r \\x85\\xa0\\u1680\\u2000-\\u200a\\u2028\\u2029\\u202f\\u205f\\u3000\\ufeff]"

@@ -4,21 +4,30 @@
 //   import { connectGateway } from "<gateway>/webmcp.js";
 //   const session = await connectGateway({ gateway, token, task, actions, view, webmcp: true });
 //
-// A plain ES module with no dependencies and no build step. The token travels only in the
-// first websocket frame (never in a URL); the task id, when given, travels in the URL as
-// `?task=`, so that a cluster's balancer sends the tab to the node that holds its task.
-// Every UI action the gateway sends is validated against the same closed allowlist the
-// gateway uses before the page's handler sees it, and its strings are handed over as data:
-// handlers must display them as text (textContent).
+// Plain ES modules (this one and the siblings it imports) with no dependencies and no build
+// step. The token travels only in the first websocket frame (never in a URL); the task id,
+// when given, travels in the URL as `?task=`, so that a cluster's balancer sends the tab to
+// the node that holds its task. Every UI action the gateway sends is validated against the
+// same closed allowlist the gateway uses before the page's handler sees it, and its strings
+// are handed over as data: handlers must display them as text (textContent).
+//
+// This module is the tab channel itself (connection, frames, replies); beside it, actions.js
+// validates the actions (with schema.js and labels.js), webmcp-tools.js registers the
+// catalog with the page's model context, and approval.js shows approvals.
 
+import { targetHolds, validateAction } from "./actions.js";
 import { ApprovalPanel } from "./approval.js";
+import { isPlainObject } from "./schema.js";
 import { RULES } from "./tab-rules.js";
+import { WebMCPTools } from "./webmcp-tools.js";
 
 // Every rule an action must pass comes from the gateway's Python models, compiled into
 // tab-rules.js (`python -m gateway.tabs.rules`): the action types and their fields,
-// patterns and limits, the label rule, close codes and id formats. This module only applies
-// them, so the page holds the same line even if a gateway sent something it should not.
-export const ACTION_TYPES = Object.freeze(Object.keys(RULES.actions));
+// patterns and limits, the label rule, close codes and id formats. The modules beside this
+// one only apply them (actions.js, with schema.js and labels.js), so the page holds the same
+// line even if a gateway sent something it should not.
+export { ACTION_TYPES, targetHolds, validateAction } from "./actions.js";
+export { unsafeReason } from "./labels.js";
 
 export const CLOSE = Object.freeze({
   POLICY: RULES.close.policy,
@@ -32,276 +41,6 @@ const FINAL_CLOSES = new Set([CLOSE.POLICY, CLOSE.SUPERSEDED, CLOSE.TASK_ENDED, 
 
 const TAB_ID = new RegExp(RULES.ids.tab);
 const TASK_ID = new RegExp(RULES.ids.task);
-const CONTROL = new RegExp(RULES.label.control);
-const WHITESPACE = new RegExp(RULES.label.whitespace, "g");
-const URL_SCHEME = new RegExp(RULES.label.url);
-const PSEUDO_SCHEME = new RegExp(RULES.label.pseudo);
-const TAG = new RegExp(RULES.label.tag);
-const SURROGATE = /[\ud800-\udfff]/;
-const MAX_SCHEMA_DEPTH = 32;
-
-/** Why a label may not travel in a UI action, or null when it may (the gateway's rule). */
-export function unsafeReason(value) {
-  if (typeof value !== "string") return "not a string";
-  if (CONTROL.test(value)) return "control characters are not allowed";
-  const folded = value.replace(WHITESPACE, "").toLowerCase();
-  if (URL_SCHEME.test(folded) || folded.startsWith("//") || folded.startsWith("\\\\")) {
-    return "a URL is not allowed here";
-  }
-  if (PSEUDO_SCHEME.test(folded)) return "a script or data URL is not allowed here";
-  if (TAG.test(value.toLowerCase())) return "markup is not allowed here";
-  return null;
-}
-
-// Characters, as the gateway counts them (code points, not UTF-16 units).
-function length(text) {
-  return SURROGATE.test(text) ? Array.from(text).length : text.length;
-}
-
-function checkLabels(value, where, depth = 0) {
-  if (depth > RULES.label.max_depth) return `${where} is nested too deeply`;
-  if (typeof value === "string") {
-    const reason = unsafeReason(value);
-    return reason ? `${where}: ${reason}` : null;
-  }
-  if (Array.isArray(value)) {
-    for (let i = 0; i < value.length; i++) {
-      const reason = checkLabels(value[i], `${where}[${i}]`, depth + 1);
-      if (reason) return reason;
-    }
-    return null;
-  }
-  if (value !== null && typeof value === "object") {
-    for (const [key, item] of Object.entries(value)) {
-      const reason = checkLabels(key, where, depth + 1) || checkLabels(item, `${where}.${key}`, depth + 1);
-      if (reason) return reason;
-    }
-  }
-  return null;
-}
-
-function isPlainObject(value) {
-  return value !== null && typeof value === "object" && !Array.isArray(value);
-}
-
-const compiled = new Map();
-function pattern(source) {
-  let regexp = compiled.get(source);
-  if (!regexp) compiled.set(source, (regexp = new RegExp(source)));
-  return regexp;
-}
-
-function resolve(schema, root) {
-  if (typeof schema.$ref !== "string") return schema;
-  const name = schema.$ref.split("/").pop();
-  return (root.$defs && root.$defs[name]) || {};
-}
-
-// A schema is compiled once into a tree of closures that check a value against it, with
-// exactly the rules a walk of the schema would apply each time (the same keywords, the same
-// order, the same messages). The action schemas are compiled when this module loads; a
-// view's params schema the first time an open_view names it. A `$ref`'s target is compiled
-// on first use, so a recursive schema costs only what the values met so far walk through.
-// Each validator is `(value, where) => reason or null`.
-const NESTED_TOO_DEEPLY = (_value, where) => `${where} is nested too deeply`;
-const ANYTHING = () => null;
-// A schema that is not an object (null, true, 1) checks nothing: what it guards is refused,
-// so the request gets its invalid_input answer instead of throwing in the message handler.
-const NOT_A_SCHEMA = (_value, where) => `${where} has no valid schema`;
-const isSchema = (schema) => schema !== null && typeof schema === "object";
-
-function child(schema, root, depth) {
-  if (!isPlainObject(schema) || typeof schema.$ref !== "string") return compileSchema(schema, root, depth);
-  let check = null;
-  return (value, where) => (check || (check = compileSchema(schema, root, depth)))(value, where);
-}
-
-/** A validator of `schema` (a JSON schema as the gateway's models write them). */
-function compileSchema(schema, root, depth = 0, skip = null) {
-  if (depth > MAX_SCHEMA_DEPTH) return NESTED_TOO_DEEPLY;
-  if (!isSchema(schema)) return NOT_A_SCHEMA;
-  schema = resolve(schema, root);
-  if (!isSchema(schema)) return NOT_A_SCHEMA;
-  if (Array.isArray(schema.anyOf)) {
-    const options = schema.anyOf.map((option) => child(option, root, depth + 1));
-    return (value, where) => {
-      let first = null;
-      for (let i = 0; i < options.length; i++) {
-        const reason = options[i](value, where);
-        if (!reason) return null;
-        first = first || reason;
-      }
-      return first || `${where} is not allowed`;
-    };
-  }
-  const typed = compileType(schema, root, depth, skip);
-  const hasConst = "const" in schema;
-  const constant = schema.const;
-  const allowed = Array.isArray(schema.enum) ? schema.enum : null;
-  if (!hasConst && !allowed) return typed;
-  return (value, where) => {
-    if (hasConst && value !== constant) return `${where} is not allowed`;
-    if (allowed && !allowed.includes(value)) return `${where} is not one of the allowed values`;
-    return typed(value, where);
-  };
-}
-
-function compileType(schema, root, depth, skip) {
-  switch (schema.type) {
-    case "null":
-      return (value, where) => (value === null ? null : `${where} must be null`);
-    case "string":
-      return compileString(schema);
-    case "integer":
-    case "number":
-      return compileNumber(schema);
-    case "boolean":
-      return (value, where) => (typeof value === "boolean" ? null : `${where} must be true or false`);
-    case "array":
-      return compileArray(schema, root, depth);
-    case "object":
-      return compileObject(schema, root, depth, skip);
-    default:
-      return ANYTHING;
-  }
-}
-
-function compileString(schema) {
-  const min = schema.minLength;
-  const max = schema.maxLength;
-  const form = schema.pattern === undefined ? null : pattern(schema.pattern);
-  const text = Boolean(schema["x-text"]);
-  const label = Boolean(schema["x-label"]);
-  const short = min === 1 ? "must not be empty" : `is shorter than ${min}`;
-  return (value, where) => {
-    if (typeof value !== "string") return `${where} must be a string`;
-    // Code points lie between half the UTF-16 units and all of them: count them only when
-    // the units alone cannot settle a bound.
-    let size = value.length;
-    if ((min !== undefined && size < 2 * min) || (max !== undefined && size > max)) size = length(value);
-    if (min !== undefined && size < min) return `${where} ${short}`;
-    if (max !== undefined && size > max) return `${where} is longer than ${max}`;
-    if (form !== null && !form.test(value)) return `${where} is not in the allowed form`;
-    if (text && value.includes("\u0000")) return `${where} must not contain NUL`;
-    if (label) {
-      const reason = unsafeReason(value);
-      if (reason) return `${where}: ${reason}`;
-    }
-    return null;
-  };
-}
-
-function compileNumber(schema) {
-  const integer = schema.type === "integer";
-  const { minimum, maximum, exclusiveMinimum, exclusiveMaximum } = schema;
-  return (value, where) => {
-    if (typeof value !== "number" || !Number.isFinite(value)) return `${where} must be a number`;
-    if (integer && !Number.isInteger(value)) return `${where} must be a whole number`;
-    if (minimum !== undefined && value < minimum) return `${where} is below ${minimum}`;
-    if (maximum !== undefined && value > maximum) return `${where} is above ${maximum}`;
-    if (exclusiveMinimum !== undefined && value <= exclusiveMinimum) return `${where} is too small`;
-    if (exclusiveMaximum !== undefined && value >= exclusiveMaximum) return `${where} is too large`;
-    return null;
-  };
-}
-
-function compileArray(schema, root, depth) {
-  const { minItems, maxItems } = schema;
-  const items = isPlainObject(schema.items) ? child(schema.items, root, depth + 1) : null;
-  return (value, where) => {
-    if (!Array.isArray(value)) return `${where} must be a list`;
-    if (minItems !== undefined && value.length < minItems) return `${where} has too few items`;
-    if (maxItems !== undefined && value.length > maxItems) return `${where} has more than ${maxItems} items`;
-    if (items !== null) {
-      for (let i = 0; i < value.length; i++) {
-        const reason = items(value[i], `${where}[${i}]`);
-        if (reason) return reason;
-      }
-    }
-    return null;
-  };
-}
-
-// Whether `name` is in the value's fields, `skip` left out: what `name in {...value}` says
-// with `skip` removed from the copy (own enumerable keys, and Object.prototype's).
-function hasField(value, name, skip) {
-  return name !== skip && (Object.prototype.propertyIsEnumerable.call(value, name) || name in Object.prototype);
-}
-
-// `skip`: a key the value carries that is not one of its fields (an action's `type`).
-function compileObject(schema, root, depth, skip) {
-  const props = isPlainObject(schema.properties) ? schema.properties : {};
-  const fields = new Map();
-  for (const name of Object.keys(props)) {
-    const rule = props[name];
-    fields.set(name, rule === false ? false : isPlainObject(rule) ? child(rule, root, depth + 1) : ANYTHING);
-  }
-  const extra = schema.additionalProperties;
-  const others = extra === false ? false : isPlainObject(extra) ? child(extra, root, depth + 1) : ANYTHING;
-  const required = Array.isArray(schema.required) ? schema.required : [];
-  return (value, where) => {
-    if (!isPlainObject(value)) return `${where} must be an object`;
-    for (let i = 0; i < required.length; i++) {
-      const name = required[i];
-      if (skip === null ? !(name in value) : !hasField(value, name, skip)) return `${where}.${name} is required`;
-    }
-    const names = Object.keys(value);
-    for (let i = 0; i < names.length; i++) {
-      const name = names[i];
-      if (name === skip) continue;
-      const rule = fields.has(name) ? fields.get(name) : others;
-      if (rule === false) return `${where} has no field ${name.slice(0, 64)}`;
-      if (rule !== ANYTHING) {
-        const reason = rule(value[name], `${where}.${name}`);
-        if (reason) return reason;
-      }
-    }
-    return null;
-  };
-}
-
-const ACTION_CHECKS = new Map(
-  Object.keys(RULES.actions).map((type) => [type, compileSchema(RULES.actions[type], RULES.actions[type], 0, "type")]),
-);
-const PARAMS_CHECKS = new WeakMap(); // a view's params schema -> its validator
-
-function paramsCheck(schema) {
-  if (!isPlainObject(schema)) return ANYTHING;
-  let check = PARAMS_CHECKS.get(schema);
-  if (!check) PARAMS_CHECKS.set(schema, (check = compileSchema(schema, schema)));
-  return check;
-}
-
-/**
- * Validate a UI action from the gateway against the allowlist; returns an error message or
- * null. `views` is the list from `welcome`.
- */
-export function validateAction(action, views) {
-  if (!isPlainObject(action)) return "the action must be an object";
-  const type = action.type;
-  const check = typeof type === "string" ? ACTION_CHECKS.get(type) : undefined;
-  if (check === undefined) return `unknown action ${String(type).slice(0, 64)}`;
-  const reason = check(action, type);
-  if (reason || type !== "open_view") return reason;
-  const view = (views || []).find((v) => v.name === action.view);
-  if (!view) return `no view named ${action.view} is registered`;
-  const params = action.params === undefined ? {} : action.params;
-  return checkLabels(params, "params") || paramsCheck(view.params_schema)(params, "params");
-}
-
-/** Whether an action aimed at an older revision still fits the current view (same rule as the gateway). */
-export function targetHolds(action, view) {
-  if (action.type === "open_view" || action.type === "read_view") return true;
-  const offered = view && view.available_actions;
-  if (Array.isArray(offered) && !offered.includes(action.type)) return false;
-  if (action.type === "populate_draft" && action.agent_id !== undefined) {
-    const named = [view && view.params, view && view.selection]
-      .filter(isPlainObject)
-      .map((part) => part.agent_id);
-    return named.includes(action.agent_id);
-  }
-  return true;
-}
 
 // Set by HandlerContext's static block: the session's hold on a request's context.
 let abortRequest;
@@ -362,10 +101,6 @@ function wsUrl(gateway, task) {
   return base.href;
 }
 
-function modelContext() {
-  return (globalThis.document && globalThis.document.modelContext) || (globalThis.navigator && globalThis.navigator.modelContext) || null;
-}
-
 function cloneJson(value) {
   return value === undefined ? undefined : JSON.parse(JSON.stringify(value));
 }
@@ -395,14 +130,16 @@ class GatewaySession extends EventTarget {
     this._actions = Object.assign(Object.create(null), options.actions || {});
     this._viewFn = typeof options.view === "function" ? options.view : null;
     this._lastView = { view: null, params: {}, selection: {} };
-    this._webmcp = options.webmcp !== false;
+    this._webmcp = new WebMCPTools({
+      enabled: options.webmcp !== false,
+      call: (tool, input, callOptions) => this.call(tool, input, callOptions),
+      emit: (type, detail) => this._emit(type, detail),
+    });
     this._ws = null;
     this._attempt = 0;
     this._requests = new Map(); // request id -> HandlerContext, while a handler's promise is pending
     this._calls = new Map(); // call id -> {resolve, tool}
     this._seq = 0;
-    this._registration = null; // AbortController of the current WebMCP registrations
-    this._registered = "";
     this._expiryTimer = null;
     this._replyHead = null;
     this._retryTimer = null;
@@ -523,7 +260,7 @@ class GatewaySession extends EventTarget {
   _stop(reason) {
     if (this.closed) return;
     this.closed = true;
-    this._withdraw();
+    this._webmcp.withdraw();
     clearTimeout(this._retryTimer);
     clearTimeout(this._expiryTimer);
     if (globalThis.removeEventListener) globalThis.removeEventListener("pagehide", this._onPageHide);
@@ -604,7 +341,7 @@ class GatewaySession extends EventTarget {
       const wait = Math.max(0, frame.expires_at * 1000 - Date.now());
       this._expiryTimer = setTimeout(() => this._stop("token_expired"), Math.min(wait, 2 ** 31 - 1));
     }
-    this._register();
+    this._webmcp.register(this.tools);
     this._emit("welcome", { task_id: this.taskId, tools: this.tools, views: this.views });
     if (this._first) {
       this._first.resolve(this);
@@ -715,68 +452,6 @@ class GatewaySession extends EventTarget {
       scope,
     });
     return true;
-  }
-
-  // -- WebMCP ------------------------------------------------------------------------
-
-  _register() {
-    const mc = modelContext();
-    if (!this._webmcp || !mc || typeof mc.registerTool !== "function") return;
-    const signature = JSON.stringify(this.tools);
-    if (this._registration && signature === this._registered) return;
-    this._withdraw();
-    const controller = new AbortController();
-    this._registration = controller;
-    this._registered = signature;
-    for (const tool of this.tools) {
-      const hints = tool.annotations || {};
-      const definition = {
-        name: tool.name,
-        title: tool.title,
-        description: tool.description || tool.title || tool.name,
-        inputSchema: tool.input_schema || { type: "object" },
-        annotations: {
-          readOnlyHint: Boolean(hints.readOnlyHint),
-          untrustedContentHint: Boolean(hints.untrustedContentHint),
-          consequentialHint: Boolean(hints.consequentialHint),
-        },
-        execute: (input, client) => this._execute(tool.name, input, client && client.signal),
-      };
-      try {
-        const registered = mc.registerTool(definition, { signal: controller.signal });
-        // registerTool returns a promise that rejects when the registration is withdrawn
-        // (our own abort, expected) or refused (a frame the `tools` permissions policy does
-        // not allow), which the page should hear of.
-        if (registered && typeof registered.catch === "function") {
-          registered.catch((error) => {
-            if (controller.signal.aborted) return;
-            this._emit("error", { code: "webmcp_register_failed", message: String(error && error.message), tool: tool.name });
-          });
-        }
-      } catch (error) {
-        this._emit("error", { code: "webmcp_register_failed", message: String(error && error.message), tool: tool.name });
-      }
-    }
-  }
-
-  _withdraw() {
-    if (this._registration) {
-      this._registration.abort(new DOMException("the tab channel ended", "AbortError"));
-      this._registration = null;
-      this._registered = "";
-    }
-  }
-
-  async _execute(name, input, signal) {
-    const args = typeof input === "string" ? JSON.parse(input || "{}") : input ?? {};
-    const result = await this.call(name, args, { signal, via: "webmcp" });
-    if (result.status !== "succeeded") {
-      const error = result.error || {};
-      const message = `${result.status} ${error.code || "error"}: ${error.message || ""}`;
-      this._emit("toolerror", { tool: name, message, result });
-      throw new Error(message);
-    }
-    return result.output === undefined ? null : result.output;
   }
 }
 

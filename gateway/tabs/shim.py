@@ -1,10 +1,11 @@
 """`GET /webmcp.js`: the JS shim, served with CORS headers for the dashboard origins.
 
-The one source of the files is `webmcp_js/` in the repository (`webmcp.js`, and the rules
-it imports, `tab-rules.js`, generated from the Python models); the package carries them in
-`gateway/static/` (links in a checkout, copies in a built wheel), read through
-importlib.resources so an installed gateway serves the same bytes. `GET /webmcp.js`
-imports `./tab-rules.js`, served beside it with the same CORS headers.
+The one source of the files is `webmcp_js/` in the repository (`webmcp.js`, the modules it
+imports, and the rules they apply, `tab-rules.js`, generated from the Python models); the
+package carries them in `gateway/static/` (links in a checkout, copies in a built wheel),
+read through importlib.resources so an installed gateway serves the same bytes.
+`GET /webmcp.js` imports its siblings (`./actions.js`, `./tab-rules.js`, ...), each served
+beside it with the same CORS headers.
 """
 
 from __future__ import annotations
@@ -20,7 +21,19 @@ from starlette.routing import BaseRoute, Route
 from gateway.origins import origin_allowed
 
 TS_TYPE = "application/typescript; charset=utf-8"
-SHIM_NAMES = ("webmcp.js", "webmcp.d.ts", "tab-rules.js", "tab-rules.d.ts", "approval.js")
+# Every module webmcp.js imports, directly or through another, must be here: a browser
+# resolves `./name.js` against /webmcp.js.
+SHIM_NAMES = (
+    "webmcp.js",
+    "webmcp.d.ts",
+    "actions.js",
+    "schema.js",
+    "labels.js",
+    "webmcp-tools.js",
+    "tab-rules.js",
+    "tab-rules.d.ts",
+    "approval.js",
+)
 
 
 @lru_cache(maxsize=4)

@@ -31,11 +31,14 @@ WHITESPACE = r"[\t\n\x0b\x0c\r \x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u20
 URL_SCHEME = r"[a-z][a-z0-9+.\-]*://"
 PSEUDO_SCHEME = r"(javascript|vbscript|data|file|blob|filesystem):"
 TAG_OPENING = r"<[a-z!/?]"
+# A protocol-relative `//host`, or its `\\host` spelling, at the start of the folded value.
+RELATIVE_URL = r"^(//|\\\\)"
 _CONTROL = re.compile(CONTROL_CHARACTER)
 _WHITESPACE = re.compile(WHITESPACE)
 _URL = re.compile(URL_SCHEME)
 _PSEUDO = re.compile(PSEUDO_SCHEME)
 _TAG = re.compile(TAG_OPENING)
+_RELATIVE = re.compile(RELATIVE_URL)
 MAX_PARAMS_DEPTH = 8
 
 
@@ -48,7 +51,7 @@ def unsafe_reason(value: str) -> str | None:
     if _CONTROL.search(value):
         return "control characters are not allowed"
     folded = _WHITESPACE.sub("", value).lower()
-    if _URL.search(folded) or folded.startswith("//") or folded.startswith("\\\\"):
+    if _URL.search(folded) or _RELATIVE.search(folded):
         return "a URL is not allowed here"
     if _PSEUDO.search(folded):
         return "a script or data URL is not allowed here"

@@ -1,0 +1,1 @@
+../../webmcp_js/schema.js
