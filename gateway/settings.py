@@ -86,9 +86,9 @@ class Settings(BaseSettings):
     browser_actions_per_process: int = Field(default=4, ge=1, le=64)
     # Snapshots running at once per Chromium process, in a lane of their own: a snapshot
     # only reads the page's accessibility tree, so it never waits behind another task's
-    # navigate for an action slot (at 8 sessions in one slot lane, snapshot p50 was 4.9x
-    # Playwright MCP's; with its own lane, 1.2x; docs/performance.md). 0: snapshots take
-    # action slots like every other call (the strictest bound on a process's work).
+    # navigate for an action slot, however long that page takes to load (at 8 sessions on
+    # a busy machine, snapshot p99 2.84x Playwright MCP's against 4.12x in one lane;
+    # docs/performance.md). 0: snapshots take action slots like every other call.
     browser_reads_per_process: int = Field(default=8, ge=0, le=64)
     # Calls that may wait per action slot before more are turned away. None (the default):
     # a call waits whenever the work ahead of it is predicted to end in time for its
