@@ -23,6 +23,7 @@ from starlette.applications import Starlette
 from starlette.staticfiles import StaticFiles
 
 from gateway.serving import serving
+from gateway.tabs.shim import SHIM_NAMES
 from tests.clients.npm import NODE_MODULES, ensure_installed
 from tests.tabs.conftest import _start, register_views
 
@@ -31,18 +32,8 @@ pytestmark = [pytest.mark.browser]
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "webmcp_js"
 ESBUILD = NODE_MODULES / "esbuild" / "bin" / "esbuild"
-SHIPPED = {
-    "package.json",
-    "webmcp.js",
-    "webmcp.d.ts",
-    "actions.js",
-    "schema.js",
-    "labels.js",
-    "webmcp-tools.js",
-    "tab-rules.js",
-    "tab-rules.d.ts",
-    "approval.js",
-}
+# The package ships what the gateway serves at its root, and its manifest.
+SHIPPED = {"package.json", *SHIM_NAMES}
 
 APP = """import { connectGateway } from "gateway-webmcp";
 

@@ -128,22 +128,21 @@ class BrowserPool:
                 "Browser calls refused because every context was in use",
                 registry=metrics,
             )
-            queue = Gauge(
-                "gateway_browser_queue",
-                "Browser calls waiting for an action slot, per Chromium process",
-                ["process"],
-                registry=metrics,
-            )
-            for index, admission in enumerate(self.admissions):
-                queue.labels(str(index)).set_function(partial(_queued, admission))
-            reads = Gauge(
-                "gateway_browser_read_queue",
-                "Snapshots waiting for a read slot, per Chromium process",
-                ["process"],
-                registry=metrics,
-            )
-            for index, admission in enumerate(self.read_admissions):
-                reads.labels(str(index)).set_function(partial(_queued, admission))
+            for name, about, lanes in (
+                (
+                    "gateway_browser_queue",
+                    "Browser calls waiting for an action slot",
+                    self.admissions,
+                ),
+                (
+                    "gateway_browser_read_queue",
+                    "Snapshots waiting for a read slot",
+                    self.read_admissions,
+                ),
+            ):
+                queue = Gauge(name, f"{about}, per Chromium process", ["process"], registry=metrics)
+                for index, admission in enumerate(lanes):
+                    queue.labels(str(index)).set_function(partial(_queued, admission))
 
     # -- life -----------------------------------------------------------------------------
 
