@@ -8,9 +8,11 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
+from gateway.errors import StorageError
 from gateway.parts import store_config
 from gateway.settings import Settings
 from gateway.store.config import StoreConfig
+from gateway.store.database import Store, sqlite_url
 
 
 @pytest.mark.parametrize(
@@ -39,3 +41,10 @@ def test_bad_value_is_refused_by_settings(monkeypatch: pytest.MonkeyPatch) -> No
     monkeypatch.setenv("GATEWAY_DB_SYNCHRONOUS", "SOMETIMES")
     with pytest.raises(ValidationError):
         store_config(Settings())
+
+
+async def test_store_as_context_manager(tmp_path: Path) -> None:
+    async with Store(StoreConfig(sqlite_url(tmp_path), tmp_path)) as store:
+        assert store.engine is not None
+    with pytest.raises(StorageError):
+        _ = store.engine

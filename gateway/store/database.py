@@ -101,6 +101,13 @@ class Store(TaskRows, EvidenceRows, IdempotencyRows, ApprovalRows, ArtifactRows)
             self._engine = None
         await self.objects.close()
 
+    async def __aenter__(self) -> Store:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
     @property
     def batches(self) -> int:
         """Commits made by the writer, for metrics and benchmarks."""
