@@ -25,6 +25,7 @@ from gateway.approvals.prompt import PROMPT_TOOL
 from gateway.evidence_log import EventLog
 from gateway.identity import TaskIdentity
 from gateway.metrics import Metrics
+from gateway.parts import store_config
 from gateway.pipeline import Pipeline
 from gateway.ports import Placement
 from gateway.redaction import Redactor
@@ -72,13 +73,10 @@ class Gateway:
         self.settings = settings
         self.metrics = Metrics()
         self.store = Store(
-            settings.resolved_database_url(),
-            settings.data_dir,
-            synchronous=settings.db_synchronous,
+            store_config(settings),
             objects=object_store(
                 settings.data_dir, settings.artifacts_url, settings.artifacts_endpoint_url
             ),
-            max_artifacts_per_task=settings.max_artifacts_per_task,
         )
         self.tokens = TokenService(settings.secret_keys)
         self.tasks = TaskService(

@@ -21,7 +21,6 @@ from __future__ import annotations
 import asyncio
 import weakref
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
 from sqlalchemy import event
@@ -33,6 +32,7 @@ from gateway.store import migrate, sqlite, writer
 from gateway.store.approvals import ApprovalRows
 from gateway.store.artifacts import ArtifactRows
 from gateway.store.commit import settle
+from gateway.store.config import StoreConfig
 from gateway.store.evidence import EvidenceRows
 from gateway.store.idempotency import IdempotencyRows
 from gateway.store.objects import LocalObjects, ObjectStore
@@ -46,26 +46,19 @@ __all__ = ["Store", "sqlite_url"]
 
 
 class Store(TaskRows, EvidenceRows, IdempotencyRows, ApprovalRows, ArtifactRows):
-    def __init__(
-        self,
-        url: str,
-        data_dir: Path,
-        *,
-        synchronous: str = "NORMAL",
-        objects: ObjectStore | None = None,
-        max_artifacts_per_task: int = 1000,
-    ) -> None:
-        self.url = url
-        self.data_dir = data_dir
-        self._synchronous = synchronous.upper()
+    def __init__(self, config: StoreConfig, *, objects: ObjectStore | None = None) -> None:
+        self.config = config
+        self.url = config.url
+        self.data_dir = config.data_dir
+        self._synchronous = config.synchronous.upper()
         self._engine: AsyncEngine | None = None
         self._writer: Writer | None = None
         self._turn: Pending | None = None  # the rows asked for in this turn of the loop
         # The loop whose current turn already committed on its own thread.
         self._inline_turn: asyncio.AbstractEventLoop | None = None
         # Where artifact bytes live (gateway.store.objects); the rows stay here.
-        self.objects = objects if objects is not None else LocalObjects(data_dir)
-        self.max_artifacts_per_task = max_artifacts_per_task
+        self.objects = objects if objects is not None else LocalObjects(config.data_dir)
+        self.max_artifacts_per_task = config.max_artifacts_per_task
         self._artifact_locks = weakref.WeakValueDictionary()
 
     @property
@@ -107,6 +100,13 @@ class Store(TaskRows, EvidenceRows, IdempotencyRows, ApprovalRows, ArtifactRows)
             await self._engine.dispose()
             self._engine = None
         await self.objects.close()
+
+    async def __aenter__(self) -> Store:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
 
     @property
     def batches(self) -> int:

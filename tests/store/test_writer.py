@@ -29,6 +29,7 @@ from gateway.results import Door, ErrorCode, ToolStatus
 from gateway.runtime import Gateway
 from gateway.settings import Settings
 from gateway.store import schema, writer
+from gateway.store.config import StoreConfig
 from gateway.store.database import Store, sqlite_url
 from gateway.testing import live_gateway
 from gateway.testing.agents import bridge_client
@@ -393,7 +394,7 @@ async def sqlite_store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Store
     # No checkpoint holds the database's turn while the test looks (the loop's commit
     # would hand over to the thread rather than wait for it).
     monkeypatch.setattr(writer, "CHECKPOINT_QUIET_S", 3600.0)
-    store = Store(sqlite_url(tmp_path), tmp_path, synchronous="NORMAL")
+    store = Store(StoreConfig(sqlite_url(tmp_path), tmp_path, synchronous="NORMAL"))
     await store.start()
     # Once the writer's thread has its connection, the loop's own can open without
     # meeting it mid-setup; and the loop commits only once the thread is through all it
