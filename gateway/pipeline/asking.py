@@ -10,6 +10,7 @@ from typing import Any
 
 from gateway.approval_policy import Approver, Need
 from gateway.approvals.broker import Approvals, default_summary
+from gateway.approvals.question import Question
 from gateway.ports import Elicit
 from gateway.recording import input_digest, masked
 from gateway.registry import ProgressFn, Tool
@@ -68,18 +69,19 @@ async def approve(
         else default_summary(tool.title, tool.name, shown)
     )
     request = await approvals.ask(
-        call.identity,
-        policy=call.identity.approvals,
-        need=need,
-        call_id=call.call_id,
-        tool=tool.name,
-        door=call.door,
-        input_digest=digest,
-        summary=summary,
-        cancel=asking.cancel,
-        progress=asking.progress,
-        elicit=asking.elicit,
-        secret_values=secret_values(call),
+        Question(
+            call.identity,
+            need=need,
+            call_id=call.call_id,
+            tool=tool.name,
+            door=call.door,
+            input_digest=digest,
+            summary=summary,
+            cancel=asking.cancel,
+            progress=asking.progress,
+            elicit=asking.elicit,
+            secret_values=secret_values(call),
+        )
     )
     call.context.evidence["approval"] = {"approval_id": request.id}
     if request.decision is not None:
@@ -107,19 +109,20 @@ def asker(
         asking.pause.begin()
         try:
             request = await approvals.ask(
-                identity,
-                policy=identity.approvals,
-                need=need,
-                call_id=call.call_id,
-                tool=call.tool_name,
-                door=call.door,
-                input_digest=digest,
-                summary=summary,
-                details=details,
-                cancel=asking.cancel,
-                progress=asking.progress,
-                elicit=asking.elicit,
-                secret_values=secret_values(call),
+                Question(
+                    identity,
+                    need=need,
+                    call_id=call.call_id,
+                    tool=call.tool_name,
+                    door=call.door,
+                    input_digest=digest,
+                    summary=summary,
+                    details=details,
+                    cancel=asking.cancel,
+                    progress=asking.progress,
+                    elicit=asking.elicit,
+                    secret_values=secret_values(call),
+                )
             )
         finally:
             asking.pause.end()
