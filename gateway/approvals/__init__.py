@@ -9,6 +9,6 @@ the shim owns), the control plane's endpoint, or the agent's client by MCP elici
 
 The task's policy is `gateway/approval_policy.py` (captured with its identity, below the
 registry, so it imports nothing of the gateway); here `broker.py` stores, delivers and
-awaits the requests, `channels.py` says which channel may answer what, and `prompt.py` is
-the tool a product's agent asks with.
+awaits the requests (each asked as one `question.py` `Question`), `channels.py` says
+which channel may answer what, and `prompt.py` is the tool a product's agent asks with.
 """

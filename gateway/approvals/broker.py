@@ -22,7 +22,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from gateway.approval_policy import ApprovalPolicy, Approver, Channel, Need, Reason, may_answer
+from gateway.approval_policy import Approver, Channel, Need, Reason, may_answer
+from gateway.approvals.question import Question
 from gateway.errors import GatewayError, InvalidInput, NotFound, QuotaExceeded, ToolFailure
 from gateway.evidence_log import EventLog
 from gateway.identity import TaskIdentity
@@ -237,28 +238,17 @@ class Approvals:
 
     # -- asking -----------------------------------------------------------------------
 
-    async def ask(
-        self,
-        identity: TaskIdentity,
-        *,
-        policy: ApprovalPolicy,
-        need: Need,
-        call_id: str,
-        tool: str,
-        door: Door,
-        input_digest: str,
-        summary: str,
-        details: dict[str, Any] | None = None,
-        cancel: asyncio.Event | None = None,
-        progress: ProgressFn | None = None,
-        elicit: Elicit | None = None,
-        secret_values: Iterable[str] = (),
-    ) -> ApprovalRequest:
+    async def ask(self, question: Question) -> ApprovalRequest:
         """Store, deliver and await one request; the approved request, or a ToolFailure.
 
         `summary` and `details` are redacted here, once, on evidence's rules, before the
         request is stored, shown or sent anywhere; `secret_values` (the call's secret input
         fields) are taken out of them first."""
+        identity, need, tool, door = question.identity, question.need, question.tool, question.door
+        policy = identity.approvals
+        call_id, input_digest, summary = question.call_id, question.input_digest, question.summary
+        details, secret_values = question.details, question.secret_values
+        cancel, progress, elicit = question.cancel, question.progress, question.elicit
         waiting = sum(r.status == "pending" for r in self.pending(identity.task_id))
         if waiting >= self.max_pending_per_task:
             # Nothing is stored or shown: the call ends here, and a retry once one of
