@@ -581,9 +581,7 @@ class IncusProvider(SandboxProvider):
                         "log": await self._log(ended),
                     },
                 )
-            status = await probe.status(
-                handle.open_connection, handle.origin, repository.health_path
-            )
+            status = await probe.status(handle.socket_path, handle.origin, repository.health_path)
             if status is not None and 200 <= status < 300:
                 return
             if time.monotonic() >= deadline:
@@ -656,7 +654,7 @@ class IncusProvider(SandboxProvider):
         if handle.state in (SandboxState.TORN_DOWN, SandboxState.DOWN):
             return Health(handle.state, False)
         path = self._health_path(handle)
-        status = await probe.status(handle.open_connection, handle.origin, path)
+        status = await probe.status(handle.socket_path, handle.origin, path)
         healthy = status is not None and 200 <= status < 300
         return Health(handle.state, healthy, None if healthy else f"health answer: {status}")
 

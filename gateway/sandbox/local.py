@@ -33,15 +33,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import errno
-import io
 import json
 import logging
 import os
 import secrets
 import signal
 import socket
-import stat
 import sys
 import tarfile
 import time
@@ -62,8 +59,11 @@ from .bubblewrap import (
 )
 from .cgroup import CgroupParent
 from .checkout import MAX_CHECKOUT_BYTES, MAX_CHECKOUT_FILES, extract, resolve_commit
+from .data_archive import archive
 from .enforcement import read_back
 from .errors import SandboxError, Unhealthy
+from .local_sandbox import PROVIDER_NAME, LocalSandbox
+from .proc_scan import KILL_WAIT_S, reap_uids, sandbox_processes
 from .provider import Binding, Health, SandboxHandle, SandboxProvider, SandboxState, Teardown
 from .registration import check
 
@@ -72,113 +72,16 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 PYTHON = "{python}"
 PROBE_INTERVAL_S = 0.05
-KILL_WAIT_S = 5.0
 INFO_TIMEOUT_S = 10.0
-LOG_TAIL_BYTES = 2000
-PROC = Path("/proc")
 # What one sandbox may keep in its data and its /tmp (`Budgets`: why), each the size of a
 # tmpfs the kernel holds it to.
 DATA_MAX_BYTES = DEFAULT_BUDGETS.data_bytes
 DATA_MAX_ENTRIES = DEFAULT_BUDGETS.data_entries
 TMP_MAX_BYTES = DEFAULT_BUDGETS.tmp_bytes
-# Folders deep a kept data folder is archived (deeper ones are left out, and said so).
-ARCHIVE_MAX_DEPTH = 64
-
-
-class LocalSandbox(SandboxHandle):
-    def __init__(
-        self,
-        *,
-        sandbox_id: str,
-        origin: str,
-        binding: Binding,
-        spec: Provision,
-        repository: Repository,
-        limits: Limits,
-        folder: Path,
-        uid: int,
-        slot: int,
-    ) -> None:
-        self.sandbox_id = sandbox_id
-        self.provider = LocalProvider.name
-        self.origin = origin
-        self.binding = binding
-        self.spec = spec
-        self.repository = repository
-        self.limits = limits
-        self.folder = folder
-        self.uid = uid
-        self.slot = slot
-        self.manifest: dict[str, Any] = {}
-        self.state = SandboxState.STARTING
-        self.restarts = 0
-        self.command: list[str] = []
-        self.env: dict[str, str] = {}
-        self.listener: socket.socket | None = None
-        self.process: asyncio.subprocess.Process | None = None
-        # The jail's PID namespace, by its number, and a descriptor of it held open while
-        # the number is used: the kernel gives a freed namespace's number to the next
-        # one made, and a number alone would then name someone else's processes.
-        self.pid_namespace: int | None = None
-        self.pid_namespace_fd: int | None = None
-        self.cgroup: Path | None = None
-        self.watcher: asyncio.Task[None] | None = None
-        # The filesystems mounted for it (data, tmp), unmounted at teardown.
-        self.mounted: list[Path] = []
-        # What the kernel says it holds the sandbox to, read back (`enforcement.py`).
-        self.sized: dict[str, mounts.Sized] = {}
-
-    @property
-    def checkout(self) -> Path:
-        return self.folder / "app"
-
-    @property
-    def data(self) -> Path:
-        return self.folder / "data"
-
-    @property
-    def tmp(self) -> Path:
-        """The folder the app sees as its /tmp."""
-        return self.folder / "tmp"
-
-    @property
-    def socket_path(self) -> Path:
-        return self.folder / "app.sock"
-
-    @property
-    def log_path(self) -> Path:
-        return self.folder / "app.log"
-
-    async def open_connection(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
-        return await asyncio.open_unix_connection(str(self.socket_path))
-
-    def torn_down(self) -> bool:
-        return self.state is SandboxState.TORN_DOWN
-
-    def hold_namespace(self, pid: int) -> None:
-        """Know the jail's PID namespace as that of `pid`, kept from being freed (and its
-        number given to another) until `release_namespace`."""
-        self.release_namespace()
-        fd = os.open(PROC / str(pid) / "ns" / "pid", os.O_RDONLY | os.O_CLOEXEC)
-        self.pid_namespace_fd = fd
-        self.pid_namespace = os.fstat(fd).st_ino
-
-    def release_namespace(self) -> None:
-        if self.pid_namespace_fd is not None:
-            os.close(self.pid_namespace_fd)
-        self.pid_namespace = self.pid_namespace_fd = None
-
-    def log_tail(self) -> str:
-        try:
-            with open(self.log_path, "rb") as fh:
-                fh.seek(max(0, fh.seek(0, os.SEEK_END) - LOG_TAIL_BYTES))
-                return fh.read().decode("utf-8", "replace")
-        except OSError:
-            return ""
 
 
 class LocalProvider(SandboxProvider):
-    name = "local"
+    name = PROVIDER_NAME
 
     def __init__(
         self,
@@ -487,9 +390,7 @@ class LocalProvider(SandboxProvider):
 
     async def _probe(self, handle: LocalSandbox) -> int | None:
         """The status the app answers its health path with now; None if no answer."""
-        return await probe.status(
-            handle.open_connection, handle.origin, handle.repository.health_path
-        )
+        return await probe.status(handle.socket_path, handle.origin, handle.repository.health_path)
 
     async def health(self, handle: SandboxHandle) -> Health:
         assert isinstance(handle, LocalSandbox)
@@ -546,9 +447,7 @@ class LocalProvider(SandboxProvider):
             )
         elif keep_data and handle.data.exists():
             try:
-                data, note = await asyncio.to_thread(
-                    _archive, handle.data, self.keep_data_max_bytes
-                )
+                data, note = await asyncio.to_thread(archive, handle.data, self.keep_data_max_bytes)
             except (OSError, tarfile.TarError) as exc:  # the teardown goes on regardless
                 note = f"the data folder could not be archived: {exc}"
         await self._destroy(handle, left=left)
@@ -644,81 +543,23 @@ def host_unready() -> str | None:
     return None
 
 
-def sandbox_processes(uid: int, pid_namespace: int | None) -> list[int]:
-    """Processes that belong to a sandbox: of its user, or in its PID namespace."""
-    return [pid for pid, uids in _processes(pid_namespace) if uids is None or uid in uids]
-
-
-def _processes(
-    pid_namespace: int | None = None, *, zombies: bool = True
-) -> list[tuple[int, set[int] | None]]:
-    """Every process with its uids (real, effective, saved, filesystem); None instead for
-    one in `pid_namespace`. Without `zombies`, dead ones its parent has not waited for
-    are left out (no signal ends them; only their parent can)."""
-    found: list[tuple[int, set[int] | None]] = []
-    for entry in os.listdir(PROC):
-        if not entry.isdigit():
-            continue
-        try:
-            if pid_namespace is not None and (
-                os.stat(PROC / entry / "ns" / "pid").st_ino == pid_namespace
-            ):
-                found.append((int(entry), None))
-                continue
-            status = (PROC / entry / "status").read_text()
-        except OSError:
-            continue
-        for line in status.splitlines():
-            if line.startswith("State:") and not zombies and line.split()[1] == "Z":
-                break
-            if line.startswith("Uid:"):
-                found.append((int(entry), {int(u) for u in line.split()[1:]}))
-                break
-    return found
-
-
-def reap_uids(uids: range | list[int]) -> list[int]:
-    """SIGKILL every process holding one of `uids`; the uids some live process still holds
-    after `KILL_WAIT_S` (a killed one its parent has not waited for yet runs nothing)."""
-    wanted = set(uids)
-    deadline = time.monotonic() + KILL_WAIT_S
-    while True:
-        held: set[int] = set()
-        for pid, mine in _processes(zombies=False):
-            if mine is not None and mine & wanted:
-                held |= mine & wanted
-                with contextlib.suppress(OSError):
-                    os.kill(pid, signal.SIGKILL)
-        if not held or time.monotonic() >= deadline:
-            return sorted(held)
-        time.sleep(0.02)
-
-
 async def _child_pid(fd: int) -> int:
-    """The pid bwrap reports for the sandbox's init (`--info-fd`)."""
-    os.set_blocking(fd, False)
+    """The pid bwrap reports for the sandbox's init (`--info-fd`): a JSON object, then more
+    that is not read. `fd` stays its caller's to close; the stream reads a copy of it."""
     loop = asyncio.get_running_loop()
-    raw = b""
-    while b"}" not in raw:
-        readable: asyncio.Future[None] = loop.create_future()
-
-        def ready(future: asyncio.Future[None] = readable) -> None:
-            if not future.done():
-                future.set_result(None)
-
-        loop.add_reader(fd, ready)
-        try:
-            await readable
-        finally:
-            loop.remove_reader(fd)
-        try:
-            chunk = os.read(fd, 4096)
-        except BlockingIOError:
-            continue
-        if not chunk:
-            raise ValueError("the jail ended before it reported")
-        raw += chunk
-    return int(json.loads(raw[: raw.index(b"}") + 1])["child-pid"])
+    reader = asyncio.StreamReader()
+    pipe = os.fdopen(os.dup(fd), "rb", buffering=0)
+    transport, _ = await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), pipe)
+    try:
+        raw = b""
+        while b"}" not in raw:
+            chunk = await reader.read(4096)
+            if not chunk:
+                raise ValueError("the jail ended before it reported")
+            raw += chunk
+        return int(json.loads(raw[: raw.index(b"}") + 1])["child-pid"])
+    finally:
+        transport.close()
 
 
 async def _exit_code(process: asyncio.subprocess.Process) -> int | None:
@@ -736,94 +577,6 @@ async def _settled(task: asyncio.Future[T]) -> T:
         except asyncio.CancelledError:
             if task.cancelled():
                 raise
-
-
-_READ_NOFOLLOW = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
-
-
-def _archive(folder: Path, max_bytes: int) -> tuple[bytes | None, str | None]:
-    """The folder as a gzipped tar: links kept as links, never followed; only regular
-    files read, each opened with O_NOFOLLOW relative to its folder's descriptor (opened
-    so too), and what is read is what was looked at (the same inode). Folders deeper than
-    `ARCHIVE_MAX_DEPTH` are left out (`tree.walk`: the app chose the depth)."""
-    members: list[tuple[str, str, os.stat_result]] = []  # (arcname, name, stat)
-    size = 0
-    skipped: list[str] = []
-    outcome = tree.Walk()
-    buffer = io.BytesIO()
-    with (
-        contextlib.closing(tree.walk(folder, ARCHIVE_MAX_DEPTH, outcome)) as walk,
-        tarfile.open(fileobj=buffer, mode="w:gz") as tar,
-    ):
-        for entry in walk:
-            base = f"data/{entry.path}" if entry.path else "data"
-            if not entry.path:
-                tar.addfile(_tarinfo("data", os.fstat(entry.fd)))
-            for name in [*entry.dirs, *entry.files]:
-                try:
-                    info = os.stat(name, dir_fd=entry.fd, follow_symlinks=False)
-                except OSError:
-                    continue
-                members.append((f"{base}/{name}", name, info))
-                if stat.S_ISREG(info.st_mode):
-                    size += info.st_size
-            if size > max_bytes:
-                return None, f"the data folder holds more than {max_bytes} bytes, the most kept"
-            for arcname, name, info in members:
-                if not _add(tar, arcname, name, info, entry.fd):
-                    skipped.append(arcname)
-            members.clear()
-    notes = []
-    if skipped:
-        notes.append(f"entries that changed while archived were left out: {skipped[:20]}")
-    if outcome.too_deep:
-        notes.append(
-            f"folders deeper than {ARCHIVE_MAX_DEPTH} were left out: {outcome.too_deep[:5]}"
-        )
-    return buffer.getvalue(), "; ".join(notes) or None
-
-
-def _tarinfo(arcname: str, info: os.stat_result) -> tarfile.TarInfo:
-    member = tarfile.TarInfo(arcname)
-    member.mode = stat.S_IMODE(info.st_mode)
-    member.mtime = int(info.st_mtime)
-    member.uid, member.gid = info.st_uid, info.st_gid
-    member.type = tarfile.DIRTYPE
-    return member
-
-
-def _add(tar: tarfile.TarFile, arcname: str, name: str, info: os.stat_result, dir_fd: int) -> bool:
-    """Add one entry of the folder; False when it is not what it was a moment ago."""
-    member = _tarinfo(arcname, info)
-    if stat.S_ISDIR(info.st_mode):
-        tar.addfile(member)
-        return True
-    if stat.S_ISLNK(info.st_mode):
-        # A link's own target, read as text: nothing it points to is opened.
-        member.type = tarfile.SYMTYPE
-        try:
-            member.linkname = os.readlink(name, dir_fd=dir_fd)
-        except OSError:
-            return False
-        tar.addfile(member)
-        return True
-    if not stat.S_ISREG(info.st_mode):
-        return True  # a fifo or socket the app made: nothing to keep, never opened
-    try:
-        fd = os.open(name, _READ_NOFOLLOW, dir_fd=dir_fd)
-    except OSError as exc:
-        if exc.errno in (errno.ELOOP, errno.ENOENT, errno.ENXIO):
-            return False  # swapped for a link, or gone
-        raise
-    with os.fdopen(fd, "rb") as fh:
-        now = os.fstat(fh.fileno())
-        if (now.st_dev, now.st_ino) != (info.st_dev, info.st_ino) or not stat.S_ISREG(now.st_mode):
-            return False
-        member.type = tarfile.REGTYPE
-        member.size = now.st_size
-        # Nothing of the sandbox runs any more (the caller checked): it cannot shrink.
-        tar.addfile(member, fh)
-    return True
 
 
 __all__ = [

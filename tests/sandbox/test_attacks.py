@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from gateway.sandbox import local
+from gateway.sandbox import data_archive
 from gateway.sandbox.checkout import extract
 from gateway.sandbox.errors import SandboxRefused
 from gateway.sandbox.local import LocalSandbox, sandbox_processes
@@ -333,7 +333,7 @@ def test_the_archive_never_reads_through_a_link(
 
     monkeypatch.setattr(os, "open", hooked_open)
     monkeypatch.setattr(tarfile, "bltn_open", hooked_tar_open)
-    archive, _note = local._archive(data, MIB)
+    archive, _note = data_archive.archive(data, MIB)
     monkeypatch.undo()
     assert swapped and archive is not None
     with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
@@ -348,7 +348,7 @@ def test_the_archive_keeps_links_as_links(tmp_path: Path) -> None:
     (data / "sub" / "file").write_bytes(b"kept")
     (data / "shadow").symlink_to("/etc/shadow")
     os.mkfifo(data / "fifo")  # never opened: it would block
-    archive, note = local._archive(data, MIB)
+    archive, note = data_archive.archive(data, MIB)
     assert archive is not None and note is None
     with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
         link = tar.getmember("data/shadow")

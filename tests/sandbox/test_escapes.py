@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from gateway.sandbox import local, tree
+from gateway.sandbox import data_archive, tree
 from gateway.sandbox.checkout import MAX_CHECKOUT_DEPTH, extract, resolve_commit
 from gateway.sandbox.errors import SandboxRefused, UnknownCommit
 from gateway.testing import live_gateway
@@ -128,16 +128,16 @@ def test_a_folder_deeper_than_recursion_goes_is_archived_and_removed(tmp_path: P
     data.mkdir()
     (data / "kept").write_bytes(b"near the top")
     chain(data, 3 * DEEP)
-    archive, note = local._archive(data, MIB)
+    archive, note = data_archive.archive(data, MIB)
     assert archive is not None and note is not None
-    assert f"deeper than {local.ARCHIVE_MAX_DEPTH}" in note
+    assert f"deeper than {data_archive.ARCHIVE_MAX_DEPTH}" in note
     with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
         names = tar.getnames()
         kept = tar.extractfile("data/kept")
         assert kept is not None and kept.read() == b"near the top"
     # The deepest folder walked is listed with its entries (a folder among them, whose own
     # entries are left out).
-    assert max(name.count("/") for name in names) == local.ARCHIVE_MAX_DEPTH + 1
+    assert max(name.count("/") for name in names) == data_archive.ARCHIVE_MAX_DEPTH + 1
     tree.remove(data)
     assert not data.exists()
 
