@@ -30,13 +30,11 @@ import math
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
-from urllib.parse import urlsplit
 
 from playwright.async_api import (
     BrowserContext,
     ConsoleMessage,
     Download,
-    Frame,
     Locator,
     Page,
     Request,
@@ -50,7 +48,7 @@ from gateway.storage_state import StorageState
 from gateway.store.artifacts import ArtifactRef
 from gateway.task_log import Level
 
-from . import calls, dialogs, downloads, windows
+from . import calls, dialogs, downloads, page_guard, windows
 from .admission import ActionSlots, Admission
 from .app_link import AppLink
 from .calls import SNAPSHOT_TIMEOUT_MS
@@ -60,7 +58,7 @@ from .errors import browser_unavailable, map_playwright_error
 from .evidence import CLOSE_TIMEOUT_S, EvidenceSink, save_trace, secret_values
 from .frames import FrameTargets
 from .guard_proxy import BlockedRequest, OriginProxy
-from .policy import BLANK, is_browser_service, page_url_allowed
+from .policy import BLANK, page_url_allowed
 from .processes import BrowserProcess
 from .signals import Signals
 from .snapshot import (
@@ -72,7 +70,7 @@ from .snapshot import (
     mask_secrets,
 )
 from .video import VideoRecording
-from .violations import Violation, refused_kind
+from .violations import Violation
 
 # What other modules import from here.
 __all__ = ["SCREENSHOT_TIMEOUT_MS", "BrowserSession", "EvidenceSink", "Violation"]
@@ -175,7 +173,7 @@ class BrowserSession:
         self.pending: list[Violation] = []
         self.background: set[asyncio.Future[Any]] = set()
         self.restoring: asyncio.Task[None] | None = None
-        self._document_url = BLANK
+        self.document_url = BLANK
         self.loss_reported = False
         # Called once when the task's first call is over (the pool's start admission).
         self.on_started: Callable[[], None] | None = None
@@ -203,7 +201,7 @@ class BrowserSession:
 
         def blocked(request: BlockedRequest) -> None:
             if holder:
-                holder[0]._proxy_blocked(request)
+                page_guard.proxy_blocked(holder[0], request)
 
         proxy = OriginProxy(blocked)
         await proxy.start(process.jail, process.pid)
@@ -255,7 +253,7 @@ class BrowserSession:
     def watch_page(self, page: Page) -> None:
         if self.video is not None:
             self.video.watch(page)
-        page.on("framenavigated", lambda frame: self._navigated(page, frame))
+        page.on("framenavigated", lambda frame: page_guard.navigated(self, page, frame))
         # Only a new document fires it, also one at the same URL (a reload, a second
         # navigate to the page), which `framenavigated` cannot tell from a same-document move.
         page.on("domcontentloaded", self._new_document)
@@ -319,35 +317,6 @@ class BrowserSession:
                 self.identity, "origin_blocked", {**violation.public(), "page": self.url[:512]}
             )
 
-    def _proxy_blocked(self, request: BlockedRequest) -> None:
-        if not request.navigation and is_browser_service(request.target):
-            # Chromium's own background call: refused like any other, but not the task's.
-            self.background_refused += 1
-            return
-        # A refused tunnel could be a document: the main-frame recheck decides that.
-        self.violate(refused_kind(request), request.target, denies=request.navigation)
-
-    def _navigated(self, page: Page, frame: Frame) -> None:
-        url = frame.url
-        if frame != page.main_frame:
-            scheme = urlsplit(url).scheme.lower()
-            if scheme in ("http", "https") and not page_url_allowed(url, self.origins):
-                self.violate("frame_blocked", url, denies=True)
-            return
-        if page is not self.page:
-            # A page in the background that left the task's origins is closed, not restored.
-            if not page_url_allowed(url, self.origins):
-                self.violate("navigation_blocked", url, denies=True)
-                self.spawn(page.close())
-            return
-        # A move within the same document (only the fragment changes) keeps the refs.
-        if url.split("#", 1)[0] != self._document_url:
-            self.document += 1
-            self._document_url = url.split("#", 1)[0]
-        if not page_url_allowed(url, self.origins):
-            self.violate("navigation_blocked", url, denies=True)
-            self.restore_soon()
-
     def _console(self, message: ConsoleMessage) -> None:
         self.signals.console(message, self.typed_secrets | self.state_secrets)
         if self.identity is not None and message.type in ("error", "warning"):
@@ -384,18 +353,8 @@ class BrowserSession:
 
     def restore_soon(self) -> None:
         if self.restoring is None or self.restoring.done():
-            self.restoring = asyncio.ensure_future(self._restore())
+            self.restoring = asyncio.ensure_future(page_guard.restore(self))
             self.restoring.add_done_callback(_log_failure)
-
-    async def _restore(self) -> None:
-        """Take the page back to an allowed page (the one before), else to about:blank."""
-        with contextlib.suppress(PlaywrightError):
-            if page_url_allowed(self.page.url, self.origins):
-                return
-            with contextlib.suppress(PlaywrightError):
-                await self.page.go_back(timeout=3000, wait_until="commit")
-            if not page_url_allowed(self.page.url, self.origins):
-                await self.page.goto(BLANK, timeout=5000)
 
     def note(self, kind: str, item: dict[str, Any]) -> None:
         """Something the next call's result says besides its own answer."""
@@ -435,7 +394,7 @@ class BrowserSession:
             return
         self.page, self.page_id = page, page_id
         self.document += 1
-        self._document_url = _url(page).split("#", 1)[0]
+        self.document_url = _url(page).split("#", 1)[0]
         self._navigating.clear()
         self.latest = None
 
@@ -452,7 +411,7 @@ class BrowserSession:
         self.pages[self.page_id] = new
         self.page = new
         self.document += 1
-        self._document_url = BLANK
+        self.document_url = BLANK
         self._navigating.clear()
         self.latest = None
         self.note("pages_replaced", {"page": self.page_id, "why": "it could not be left"})
