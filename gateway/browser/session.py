@@ -15,6 +15,11 @@ download, a dialog dismissed) is added to its result.
 Each action (a tool's `run`, a screenshot) first takes a slot of its Chromium process's
 admission (`admission.py`); a call turned away there never reaches the page.
 
+The session holds the task's state and composes the parts: a call's run, settle and
+verdict (`calls.py`), the page-side checks (`page_guard.py`) and what they stopped
+(`violations.py`), popups handed over (`windows.py`), dialogs (`dialogs.py`), downloads
+(`downloads.py`), and where evidence and the trace go (`evidence.py`).
+
 A task whose app the gateway provisioned (gateway/sandbox) reaches it through its proxy's
 route to the app (`app_link.py`). A call while that app is down (restarting, or gone) ends
 `unavailable`/`sandbox_unavailable` before it touches the page, and one during which the
