@@ -38,7 +38,6 @@ from typing import Any, TypeVar
 
 from playwright.async_api import (
     BrowserContext,
-    ConsoleMessage,
     Download,
     Locator,
     Page,
@@ -51,16 +50,15 @@ from gateway.identity import TaskIdentity
 from gateway.registry import ToolContext
 from gateway.storage_state import StorageState
 from gateway.store.artifacts import ArtifactRef
-from gateway.task_log import Level
 
-from . import calls, dialogs, downloads, page_guard, windows
+from . import calls, dialogs, downloads, page_guard, page_log, reading, windows
 from .admission import ActionSlots, Admission
 from .app_link import AppLink
 from .calls import SNAPSHOT_TIMEOUT_MS
 from .dialogs import DialogState, PendingDialog
 from .downloads import DEFAULT_DOWNLOAD_MAX_BYTES
 from .errors import browser_unavailable, map_playwright_error
-from .evidence import CLOSE_TIMEOUT_S, EvidenceSink, save_trace, secret_values
+from .evidence import CLOSE_TIMEOUT_S, EvidenceSink, save_trace
 from .frames import FrameTargets
 from .guard_proxy import BlockedRequest, OriginProxy
 from .policy import BLANK, page_url_allowed
@@ -69,10 +67,6 @@ from .signals import Signals
 from .snapshot import (
     Refs,
     Snapshot,
-    build_snapshot,
-    empty_frames,
-    mark_refused_frames,
-    mask_secrets,
 )
 from .video import VideoRecording
 from .violations import Violation
@@ -84,7 +78,6 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 SCREENSHOT_TIMEOUT_MS = 10_000
-LOG_TEXT_CHARS = 2000
 
 
 class BrowserSession:
@@ -173,7 +166,7 @@ class BrowserSession:
         # A signed-in task's cookie and local-storage values: shown and kept nowhere.
         self.state_secrets: frozenset[str] = frozenset()
         self.lock = asyncio.Lock()
-        self._seq = 0
+        self.snapshot_seq = 0  # the number of the latest snapshot
         # What the guard stopped since the last call (`violations.py`).
         self.pending: list[Violation] = []
         self.background: set[asyncio.Future[Any]] = set()
@@ -264,8 +257,8 @@ class BrowserSession:
         page.on("domcontentloaded", self._new_document)
         page.on("download", self._download)
         page.on("crash", self._crashed)
-        page.on("console", self._console)
-        page.on("pageerror", self._page_error)
+        page.on("console", lambda message: page_log.console(self, message))
+        page.on("pageerror", lambda error: page_log.page_error(self, error))
         page.on("request", self._request)
         page.on("requestfinished", self._request_over)
         page.on("requestfailed", self._request_over)
@@ -321,35 +314,6 @@ class BrowserSession:
             self.sink.repeated(
                 self.identity, "origin_blocked", {**violation.public(), "page": self.url[:512]}
             )
-
-    def _console(self, message: ConsoleMessage) -> None:
-        self.signals.console(message, self.typed_secrets | self.state_secrets)
-        if self.identity is not None and message.type in ("error", "warning"):
-            level: Level = "error" if message.type == "error" else "warning"
-            self.sink.log(
-                self.identity.task_id,
-                level,
-                "browser.console",
-                {"text": self._unsecret(message.text)[:LOG_TEXT_CHARS], "page": self.url[:512]},
-            )
-
-    def _page_error(self, error: PlaywrightError) -> None:
-        self.signals.page_error(str(error), self.url, self.typed_secrets | self.state_secrets)
-        if self.identity is not None:
-            self.sink.log(
-                self.identity.task_id,
-                "error",
-                "browser.page",
-                {"error": self._unsecret(str(error))[:LOG_TEXT_CHARS], "page": self.url[:512]},
-            )
-
-    def _unsecret(self, text: str) -> str:
-        """`text` without the values typed as secrets or given in the task's storage
-        state: the task's log goes to its agent's client as it happens."""
-        for value in self.typed_secrets | self.state_secrets:
-            if value:
-                text = text.replace(value, "[secret]")
-        return text
 
     def _new_document(self, page: Page) -> None:
         if page is self.page:
@@ -533,43 +497,10 @@ class BrowserSession:
         depth: int | None = None,
         timeout_ms: float = SNAPSHOT_TIMEOUT_MS,
     ) -> Snapshot:
-        """A snapshot of the page (or of one element, or to a depth)."""
-        # A page still being parsed (a popup just opened) is read once its DOM is: else its
-        # own DOMContentLoaded, a new document to the refs, would make this one stale.
-        with contextlib.suppress(PlaywrightError):
-            await page.wait_for_load_state("domcontentloaded", timeout=timeout_ms)
-        document = self.document
-        target = scope if scope is not None else page
-        raw = await target.aria_snapshot(mode="ai", depth=depth, timeout=timeout_ms)
-        if empty_frames(raw):
-            refused = await self.frame_targets.refused(
-                page, raw, lambda url: page_url_allowed(url, self.origins)
-            )
-            raw = mark_refused_frames(raw, refused)
-        if _TEXTBOX_WITH_VALUE in raw:
-            held = await secret_values(page)
-            self.held_secrets |= held
-            raw = mask_secrets(raw, self.typed_secrets | held)
-        for value in self.state_secrets:
-            # Wherever the page shows one (a token printed in its text, a field's value);
-            # then the trace's screenshots would show it too, so it keeps none.
-            if value in raw:
-                raw = raw.replace(value, "[secret]")
-                self.visible_secrets = True
-        self._seq += 1
-        # A navigation during the capture leaves the snapshot's refs stale from the start.
-        snap = build_snapshot(
-            raw,
-            seq=self._seq,
-            document=document,
-            max_chars=self.snapshot_max_chars,
-            full=scope is None and depth is None,
+        """A snapshot of the page (or of one element, or to a depth): `reading.py`."""
+        return await reading.take_snapshot(
+            self, page, scope=scope, depth=depth, timeout_ms=timeout_ms
         )
-        self.refs.learn(snap)
-        self.partial_map = not snap.full
-        if snap.full:
-            self.latest = snap
-        return snap
 
     # -- what an action set off -----------------------------------------------------------
 
@@ -644,10 +575,6 @@ class BrowserSession:
             data.update(videos)
             with contextlib.suppress(Exception):
                 await self.sink.record(identity, "browser_closed", data)
-
-
-# Snapshots without a filled text box (most) skip the look for secret fields.
-_TEXTBOX_WITH_VALUE = "]: "
 
 
 def _url(page: Page) -> str:
