@@ -61,6 +61,7 @@ from .errors import browser_unavailable, map_playwright_error
 from .evidence import CLOSE_TIMEOUT_S, EvidenceSink, save_trace
 from .frames import FrameTargets
 from .guard_proxy import BlockedRequest, OriginProxy
+from .navigation import Navigations
 from .policy import BLANK, page_url_allowed
 from .processes import BrowserProcess
 from .signals import Signals
@@ -152,13 +153,7 @@ class BrowserSession:
         self.latest: Snapshot | None = None  # the latest full snapshot
         self.refs = Refs()  # the refs of the current document an agent may use
         # Main-frame navigation requests, and those not over yet (an action's aftermath).
-        self.navigations = 0
-        self._navigating: set[Request] = set()
-        self._settled = asyncio.Event()
-        # The method of the request of the page's latest main-frame document (a redirect's
-        # last hop): a POST is a form the server answered with a page (its errors, a
-        # confirmation step) rather than a redirect to its result.
-        self.navigation_method = "GET"
+        self.main_navigations = Navigations()
         self.blocked_total = 0
         self.background_refused = 0  # Chromium's own calls home, refused
         # Values the caller typed as secrets: no snapshot of this context shows them.
@@ -260,8 +255,8 @@ class BrowserSession:
         page.on("console", lambda message: page_log.console(self, message))
         page.on("pageerror", lambda error: page_log.page_error(self, error))
         page.on("request", self._request)
-        page.on("requestfinished", self._request_over)
-        page.on("requestfailed", self._request_over)
+        page.on("requestfinished", self.main_navigations.request_over)
+        page.on("requestfailed", self.main_navigations.request_over)
         page.on("response", self.signals.response)
         page.on("dialog", lambda dialog: dialogs.on_dialog(self, page, dialog))
         page.on("close", self._page_closed)
@@ -364,7 +359,7 @@ class BrowserSession:
         self.page, self.page_id = page, page_id
         self.document += 1
         self.document_url = _url(page).split("#", 1)[0]
-        self._navigating.clear()
+        self.main_navigations.forget()
         self.latest = None
 
     async def replace_page(self) -> Page:
@@ -381,7 +376,7 @@ class BrowserSession:
         self.page = new
         self.document += 1
         self.document_url = BLANK
-        self._navigating.clear()
+        self.main_navigations.forget()
         self.latest = None
         self.note("pages_replaced", {"page": self.page_id, "why": "it could not be left"})
         self.spawn(old.close())
@@ -506,15 +501,18 @@ class BrowserSession:
 
     def _request(self, request: Request) -> None:
         self.frame_targets.request(request)
-        if request.is_navigation_request() and request.frame == self.page.main_frame:
-            self.navigations += 1
-            self.navigation_method = request.method
-            self._navigating.add(request)
+        self.main_navigations.request(request, self.page.main_frame)
 
-    def _request_over(self, request: Request) -> None:
-        if request in self._navigating:
-            self._navigating.discard(request)
-            self._settled.set()
+    @property
+    def navigations(self) -> int:
+        """Main-frame navigation requests of the current page so far."""
+        return self.main_navigations.count
+
+    @property
+    def navigation_method(self) -> str:
+        """The method of the request of the page's latest main-frame document (a
+        redirect's last hop): a POST is a form the server answered with a page."""
+        return self.main_navigations.method
 
     async def settle_navigation(self, navigations_before: int, timeout_s: float) -> None:
         """When the action started a navigation of the page, wait until it is over: its
@@ -524,13 +522,7 @@ class BrowserSession:
 
     async def navigation_over(self, timeout_s: float) -> None:
         """Wait until no navigation of the page is under way and its document is parsed."""
-        with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(timeout_s):
-                while self._navigating:
-                    self._settled.clear()
-                    await self._settled.wait()
-                with contextlib.suppress(PlaywrightError):
-                    await self.page.wait_for_load_state("domcontentloaded")
+        await self.main_navigations.over(timeout_s, lambda: self.page)
 
     # -- closing ------------------------------------------------------------------------
 
