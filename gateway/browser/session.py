@@ -36,13 +36,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
-from playwright.async_api import (
-    BrowserContext,
-    Download,
-    Locator,
-    Page,
-    Request,
-)
+from playwright.async_api import BrowserContext, Download, Locator, Page, Request
 from playwright.async_api import Error as PlaywrightError
 
 from gateway.errors import ToolFailure
@@ -65,10 +59,7 @@ from .navigation import Navigations
 from .policy import BLANK, page_url_allowed
 from .processes import BrowserProcess
 from .signals import Signals
-from .snapshot import (
-    Refs,
-    Snapshot,
-)
+from .snapshot import Refs, Snapshot
 from .video import VideoRecording
 from .violations import Violation
 
@@ -82,6 +73,9 @@ SCREENSHOT_TIMEOUT_MS = 10_000
 
 
 class BrowserSession:
+    """One task's context and its pages: the state the other parts of the task's browser
+    read and change, and the calls the tools make."""
+
     def __init__(
         self,
         process: BrowserProcess,
