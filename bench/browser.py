@@ -138,6 +138,7 @@ SAVE_REF = re.compile(r'button "Save" \[ref=([^\]]+)\]')
 class Bench:
     def __init__(self, app: str, data: Path, tasks: int) -> None:
         from gateway.browser import BrowserProcesses
+        from gateway.parts import browser_processes_config
 
         self.app = app
         self.data = data
@@ -145,13 +146,15 @@ class Bench:
         self.settings = test_settings(
             data / "chromium", max_contexts=self.max_contexts, browser_launch_at_start=True
         )
-        self.processes = BrowserProcesses(self.settings)
+        self.processes = BrowserProcesses(browser_processes_config(self.settings))
         self.raw_processes = BrowserProcesses(
-            test_settings(
-                data / "raw",
-                max_contexts=self.max_contexts,
-                browser_launch_at_start=True,
-                browser_network_jail=False,
+            browser_processes_config(
+                test_settings(
+                    data / "raw",
+                    max_contexts=self.max_contexts,
+                    browser_launch_at_start=True,
+                    browser_network_jail=False,
+                )
             )
         )
         self.gateways: list[Any] = []

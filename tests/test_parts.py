@@ -8,8 +8,15 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
+from gateway.browser.config import BrowserPoolConfig, BrowserProcessesConfig
 from gateway.errors import StorageError
-from gateway.parts import store_config
+from gateway.mcp_door.config import McpDoorConfig
+from gateway.parts import (
+    browser_pool_config,
+    browser_processes_config,
+    mcp_door_config,
+    store_config,
+)
 from gateway.settings import Settings
 from gateway.store.config import StoreConfig
 from gateway.store.database import Store, sqlite_url
@@ -48,3 +55,92 @@ async def test_store_as_context_manager(tmp_path: Path) -> None:
         assert store.engine is not None
     with pytest.raises(StorageError):
         _ = store.engine
+
+
+@pytest.mark.parametrize(
+    ("env", "value", "field", "expected"),
+    [
+        ("GATEWAY_MAX_CONTEXTS", "5", "max_contexts", 5),
+        ("GATEWAY_BROWSER_WARM_CONTEXTS", "3", "warm_contexts", 3),
+        ("GATEWAY_BROWSER_IDLE_S", "12.5", "idle_s", 12.5),
+        ("GATEWAY_BROWSER_LAUNCH_AT_START", "false", "launch_at_start", False),
+        ("GATEWAY_BROWSER_SNAPSHOT_MAX_CHARS", "5000", "snapshot_max_chars", 5000),
+        ("GATEWAY_BROWSER_TRACE", "true", "trace", True),
+        ("GATEWAY_BROWSER_SCREENSHOTS", "true", "screenshots", True),
+        ("GATEWAY_BROWSER_ACTIONS_PER_PROCESS", "2", "actions_per_process", 2),
+        ("GATEWAY_BROWSER_READS_PER_PROCESS", "0", "reads_per_process", 0),
+        ("GATEWAY_BROWSER_WAITING_PER_SLOT", "6", "waiting_per_slot", 6),
+    ],
+)
+def test_browser_pool_env_names(
+    monkeypatch: pytest.MonkeyPatch, env: str, value: str, field: str, expected: object
+) -> None:
+    monkeypatch.setenv(env, value)
+    assert getattr(browser_pool_config(Settings()), field) == expected
+
+
+@pytest.mark.parametrize(
+    ("env", "value", "field", "expected"),
+    [
+        ("GATEWAY_DATA_DIR", "/srv/gw", "data_dir", Path("/srv/gw")),
+        ("GATEWAY_BROWSER_PROCESSES", "3", "processes", 3),
+        ("GATEWAY_BROWSER_WS_ENDPOINT", "ws://b:1/x", "ws_endpoint", "ws://b:1/x"),
+        (
+            "GATEWAY_BROWSER_WS_ENDPOINTS",
+            "ws://a:1/x,ws://b:2/y",
+            "ws_endpoints",
+            ("ws://a:1/x", "ws://b:2/y"),
+        ),
+        ("GATEWAY_BROWSER_NETWORK_JAIL", "false", "network_jail", False),
+        ("GATEWAY_BROWSER_USER", "chromium", "user", "chromium"),
+        ("GATEWAY_BROWSER_EXECUTABLE", "/opt/chrome", "executable", "/opt/chrome"),
+    ],
+)
+def test_browser_processes_env_names(
+    monkeypatch: pytest.MonkeyPatch, env: str, value: str, field: str, expected: object
+) -> None:
+    monkeypatch.setenv(env, value)
+    assert getattr(browser_processes_config(Settings()), field) == expected
+
+
+@pytest.mark.parametrize(
+    ("env", "value", "field", "expected"),
+    [
+        ("GATEWAY_MCP_IMAGE_BLOCKS", "false", "image_blocks", False),
+        ("GATEWAY_MAX_BODY_BYTES", "4096", "max_body_bytes", 4096),
+        ("GATEWAY_MCP_SESSION_IDLE_S", "60", "session_idle_s", 60.0),
+        ("GATEWAY_MCP_MAX_SESSIONS_PER_TASK", "4", "max_sessions_per_task", 4),
+    ],
+)
+def test_mcp_door_env_names(
+    monkeypatch: pytest.MonkeyPatch, env: str, value: str, field: str, expected: object
+) -> None:
+    monkeypatch.setenv(env, value)
+    assert getattr(mcp_door_config(Settings()), field) == expected
+
+
+def test_mcp_door_is_clustered_with_a_node_id_and_nats(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert not mcp_door_config(Settings()).clustered
+    monkeypatch.setenv("GATEWAY_NODE_ID", "n1")
+    monkeypatch.setenv("GATEWAY_NATS_URL", "nats://127.0.0.1:4222")
+    assert mcp_door_config(Settings()).clustered
+
+
+def test_config_defaults_are_the_settings_defaults() -> None:
+    settings = Settings()
+    assert browser_pool_config(settings) == BrowserPoolConfig()
+    assert browser_processes_config(settings) == BrowserProcessesConfig(settings.data_dir)
+    assert mcp_door_config(settings) == McpDoorConfig()
+
+
+@pytest.mark.parametrize(
+    ("config", "field"),
+    [
+        (BrowserPoolConfig(), "max_contexts"),
+        (BrowserProcessesConfig(Path("/srv/gw")), "processes"),
+        (McpDoorConfig(), "max_body_bytes"),
+    ],
+)
+def test_part_configs_are_frozen(config: object, field: str) -> None:
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        setattr(config, field, 1)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from starlette.routing import BaseRoute
 
 from gateway.identity import TaskIdentity
+from gateway.parts import browser_pool_config, browser_processes_config
 from gateway.runtime import Gateway
 from gateway.storage_state import StorageStates
 from gateway.store.artifacts import ArtifactRef
@@ -22,7 +23,7 @@ def install(gw: Gateway) -> list[BaseRoute]:
     processes = gw.services.find(BrowserProcesses)
     owns = processes is None
     if processes is None:
-        processes = BrowserProcesses(gw.settings)
+        processes = BrowserProcesses(browser_processes_config(gw.settings))
 
     async def put_artifact(
         identity: TaskIdentity, data: bytes, name: str, media_type: str
@@ -34,7 +35,7 @@ def install(gw: Gateway) -> list[BaseRoute]:
     gw.tasks.storage_states = states
     gw.tasks.on_end(states.drop)
     pool = BrowserPool(
-        gw.settings,
+        browser_pool_config(gw.settings),
         processes,
         EvidenceSink(
             record=gw.events.record,

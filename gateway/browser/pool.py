@@ -26,11 +26,11 @@ from gateway.errors import ToolFailure
 from gateway.identity import TaskIdentity
 from gateway.ports import Placement
 from gateway.results import ErrorCode, ToolStatus
-from gateway.settings import Settings
 from gateway.storage_state import StorageState
 
 from .admission import Admission, PageAdmission
 from .app_link import AppLink
+from .config import BrowserPoolConfig
 from .errors import browser_unavailable
 from .processes import BrowserProcess, BrowserProcesses
 from .session import BrowserSession, EvidenceSink
@@ -62,7 +62,7 @@ ENDED_MEMORY_S = 6 * 3600.0
 class BrowserPool:
     def __init__(
         self,
-        settings: Settings,
+        config: BrowserPoolConfig,
         processes: BrowserProcesses,
         sink: EvidenceSink,
         *,
@@ -75,13 +75,13 @@ class BrowserPool:
         """`shed`: the counter of calls turned away as overloaded (for this resource);
         `app_link`: how tasks reach apps the gateway provisioned, looked up when a task's
         context is opened; `storage_state`: a signed-in task's cookies and local storage."""
-        self.settings = settings
+        self.config = config
         self._storage_state = storage_state
         self._app_link = app_link
         self.processes = processes
         self.sink = sink
-        self.max_contexts = settings.max_contexts
-        self.warm_target = min(settings.browser_warm_contexts, settings.max_contexts)
+        self.max_contexts = config.max_contexts
+        self.warm_target = min(config.warm_contexts, config.max_contexts)
         self._owns = owns_processes
         self._sessions: dict[str, BrowserSession] = {}
         self._opening: dict[str, asyncio.Task[BrowserSession]] = {}
@@ -101,14 +101,13 @@ class BrowserPool:
         # By slot index: a relaunched Chromium (a reconnected server) takes its place, queue
         # and average.
         self.admissions = [
-            lane(settings.browser_actions_per_process, settings, shed)
-            for _ in range(processes.count)
+            lane(config.actions_per_process, config, shed) for _ in range(processes.count)
         ]
         # Snapshots only read a page: they take a slot of a lane of their own, so a task's
         # snapshot never queues behind another task's navigate.
         self.read_admissions = (
-            [lane(settings.browser_reads_per_process, settings, shed) for _ in self.admissions]
-            if settings.browser_reads_per_process
+            [lane(config.reads_per_process, config, shed) for _ in self.admissions]
+            if config.reads_per_process
             else self.admissions
         )
         self._denials: Counter | None = None
@@ -147,7 +146,7 @@ class BrowserPool:
     # -- life -----------------------------------------------------------------------------
 
     async def start(self) -> None:
-        if self._owns and self.settings.browser_launch_at_start:
+        if self._owns and self.config.launch_at_start:
             try:
                 await self.processes.start()
             except ToolFailure as exc:
@@ -305,9 +304,9 @@ class BrowserPool:
                 BrowserSession.open(
                     process,
                     self.sink,
-                    snapshot_max_chars=self.settings.browser_snapshot_max_chars,
-                    trace=self.settings.browser_trace,
-                    keep_screenshots=self.settings.browser_screenshots,
+                    snapshot_max_chars=self.config.snapshot_max_chars,
+                    trace=self.config.trace,
+                    keep_screenshots=self.config.screenshots,
                     admission=PageAdmission(self.admissions[process.index]),
                     reads=PageAdmission(self.read_admissions[process.index]),
                     storage_state=state,
@@ -413,7 +412,7 @@ class BrowserPool:
         self._refill()
 
     async def _reap_forever(self) -> None:
-        period = max(0.05, min(5.0, self.settings.browser_idle_s / 4))
+        period = max(0.05, min(5.0, self.config.idle_s / 4))
         while True:
             await asyncio.sleep(period)
             try:
@@ -426,7 +425,7 @@ class BrowserPool:
         now = time.monotonic()
         for task_id, session in list(self._sessions.items()):
             expired = session.identity is not None and session.identity.expired()
-            idle = now - session.last_used > self.settings.browser_idle_s
+            idle = now - session.last_used > self.config.idle_s
             if (expired or idle) and not session.lock.locked():
                 self._sessions.pop(task_id, None)
                 await self._close(session, "the task expired" if expired else "idle")
@@ -435,16 +434,12 @@ class BrowserPool:
                 del self._ended[task_id]
 
 
-def lane(slots: int, settings: Settings, shed: Counter | None) -> Admission:
+def lane(slots: int, config: BrowserPoolConfig, shed: Counter | None) -> Admission:
     """The admission of one of a process's lanes: `slots` at once, the queue bounded as
-    the settings say, each call turned away counted."""
+    the config says, each call turned away counted."""
     return Admission(
         slots,
-        max_waiting=(
-            None
-            if settings.browser_waiting_per_slot is None
-            else slots * settings.browser_waiting_per_slot
-        ),
+        max_waiting=(None if config.waiting_per_slot is None else slots * config.waiting_per_slot),
         on_shed=shed.inc if shed is not None else None,
     )
 

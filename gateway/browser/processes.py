@@ -33,8 +33,8 @@ from playwright.async_api import Error as PlaywrightError
 
 from gateway.chromium import dropped_features, find_chromium, launch_args
 from gateway.errors import ToolFailure
-from gateway.settings import Settings
 
+from .config import BrowserProcessesConfig
 from .errors import browser_unavailable
 from .ffmpeg import driver_environment
 from .guard_probe import GuardBypassed, probe_guard
@@ -98,24 +98,28 @@ DeathListener = Callable[[BrowserProcess], None]
 
 class BrowserProcesses:
     def __init__(
-        self, settings: Settings, *, local: int | None = None, jail: BrowserJail | None = None
+        self,
+        config: BrowserProcessesConfig,
+        *,
+        local: int | None = None,
+        jail: BrowserJail | None = None,
     ) -> None:
-        """`local`: slots besides the endpoints' (default `browser_processes`; 0 for remote
+        """`local`: slots besides the endpoints' (default `config.processes`; 0 for remote
         browsers only)."""
-        self.settings = settings
-        local = settings.browser_processes if local is None else local
+        self.config = config
+        local = config.processes if local is None else local
         # By slot index, what it connects to; None launches a Chromium here.
         self.endpoints: list[str | None] = [
-            *[settings.browser_ws_endpoint or None] * local,
-            *settings.browser_ws_endpoints,
+            *[config.ws_endpoint or None] * local,
+            *config.ws_endpoints,
         ]
         if not self.endpoints:
             raise ValueError("the browser pool needs a local process or a remote endpoint")
         self.count = len(self.endpoints)
         # The jail every browser of this pool runs in (a test may share one with a remote
         # server it launches itself); None when the setting turns the jail off.
-        if jail is None and settings.browser_network_jail:
-            jail = BrowserJail(settings.browser_user)
+        if jail is None and config.network_jail:
+            jail = BrowserJail(config.user)
         self.jail = jail
         self._playwright: Playwright | None = None
         self._slots: list[BrowserProcess | None] = [None] * self.count
@@ -150,7 +154,7 @@ class BrowserProcesses:
                 if self.jail is not None:
                     await self.jail.start()
                 # Debian's ffmpeg, for the tasks that ask for a video (`ffmpeg.py`).
-                with driver_environment(self.settings.data_dir):
+                with driver_environment(self.config.data_dir):
                     self._playwright = await async_playwright().start()
             return self._playwright
 
@@ -295,7 +299,7 @@ class BrowserProcesses:
 
     async def _launch_with(self, extra: list[str], marker: str) -> tuple[Browser, int | None]:
         assert self._playwright is not None
-        executable = find_chromium(self.settings.browser_executable)
+        executable = find_chromium(self.config.executable)
         args = launch_args(
             extra=extra,
             disable_features=TASK_BROWSER_DISABLED_FEATURES,

@@ -28,32 +28,34 @@ from gateway.identity import TaskIdentity
 from gateway.mcp_door.bearer import BearerFront
 from gateway.mcp_door.call_tasks import CallTasks
 from gateway.mcp_door.catalog import McpCatalog
+from gateway.mcp_door.config import McpDoorConfig
 from gateway.mcp_door.dispatch import TransportDispatch
 from gateway.mcp_door.images import ImageReader
 from gateway.mcp_door.input_required import ParkedCalls
 from gateway.mcp_door.resources import ArtifactResources
 from gateway.mcp_door.server import build_server
 from gateway.mcp_door.sessions import TaskSessions
+from gateway.parts import mcp_door_config
 from gateway.runtime import Gateway
 
 MCP_PATH = "/v1/mcp"
-MAX_IMAGE_BYTES = 16 * 1024 * 1024
 
 
 class McpDoor:
     """The parts of one gateway's MCP door (provided as a service, for tests and tools)."""
 
-    def __init__(self, gw: Gateway) -> None:
+    def __init__(self, gw: Gateway, config: McpDoorConfig, hosts: HostPolicy) -> None:
+        """`hosts`: the Host and Origin values a request may carry."""
         # Calls of 2026-07-28 clients waiting for the retry that answers their approval.
-        self.parked_calls = ParkedCalls(enabled=not gw.settings.clustered)
+        self.parked_calls = ParkedCalls(enabled=not config.clustered)
         # Long calls run as tasks a client polls; on a cluster's node a poll could reach a
         # node that holds nothing, so there tasks are not offered.
-        self.call_tasks = CallTasks(enabled=not gw.settings.clustered)
+        self.call_tasks = CallTasks(enabled=not config.clustered)
         self.catalog = McpCatalog(gw.registry, tasks_offered=self.call_tasks.enabled)
         self.server = build_server(
             gw.pipeline,
             self.catalog,
-            images=artifact_reader(gw) if gw.settings.mcp_image_blocks else None,
+            images=artifact_reader(gw, config.max_image_bytes) if config.image_blocks else None,
             resources=ArtifactResources(gw.store),
             task_log=gw.task_log,
             parked_calls=self.parked_calls,
@@ -65,31 +67,30 @@ class McpDoor:
         unguarded = TransportSecuritySettings(enable_dns_rebinding_protection=False)
         # On a node of a cluster no request may depend on a session another node holds:
         # every request is answered on its own, in JSON (no progress stream), by any node.
-        clustered = gw.settings.clustered
+        clustered = config.clustered
         self.manager = StreamableHTTPSessionManager(
             app=self.server,
             json_response=clustered,
             stateless=clustered,
             security_settings=unguarded,
-            max_request_body_size=gw.settings.max_body_bytes,
-            session_idle_timeout=gw.settings.mcp_session_idle_s,
+            max_request_body_size=config.max_body_bytes,
+            session_idle_timeout=config.session_idle_s,
         )
         self.json_manager = StreamableHTTPSessionManager(
             app=self.server,
             json_response=True,
             stateless=True,
             security_settings=unguarded,
-            max_request_body_size=gw.settings.max_body_bytes,
+            max_request_body_size=config.max_body_bytes,
         )
         streaming = StreamableHTTPASGIApp(self.manager)
         dispatch = TransportDispatch(
             streaming,
             StreamableHTTPASGIApp(self.json_manager),
-            max_body_bytes=gw.settings.max_body_bytes,
+            max_body_bytes=config.max_body_bytes,
         )
-        self.sessions = TaskSessions(streaming, cap=gw.settings.mcp_max_sessions_per_task)
-        policy = HostPolicy.from_settings(gw.settings)
-        self.front = BearerFront(gw.tasks, dispatch, policy, self.sessions)
+        self.sessions = TaskSessions(streaming, cap=config.max_sessions_per_task)
+        self.front = BearerFront(gw.tasks, dispatch, hosts, self.sessions)
 
     async def task_ended(self, task_id: str, reason: str) -> None:
         self.front.forget(task_id)
@@ -97,13 +98,13 @@ class McpDoor:
         await self.sessions.close_task(task_id, reason)
 
 
-def artifact_reader(gw: Gateway) -> ImageReader:
-    """Reads an artifact for the task that made it, and for no other."""
+def artifact_reader(gw: Gateway, max_bytes: int) -> ImageReader:
+    """Reads an artifact for the task that made it, and for no other, up to `max_bytes`."""
 
     async def read(identity: TaskIdentity, artifact_id: str) -> bytes | None:
         try:
             ref = await gw.store.get_artifact(artifact_id)
-            if ref.task_id != identity.task_id or ref.size > MAX_IMAGE_BYTES:
+            if ref.task_id != identity.task_id or ref.size > max_bytes:
                 return None
             return await gw.store.read_artifact(ref)
         except GatewayError:
@@ -113,7 +114,7 @@ def artifact_reader(gw: Gateway) -> ImageReader:
 
 
 def install(gw: Gateway) -> list[BaseRoute]:
-    door = McpDoor(gw)
+    door = McpDoor(gw, mcp_door_config(gw.settings), HostPolicy.from_settings(gw.settings))
     gw.services.provide(McpDoor, door)
     gw.add_part("MCP sessions", context=door.manager.run)
     gw.add_part("MCP stateless requests", context=door.json_manager.run)

@@ -13,6 +13,7 @@ import pytest_asyncio
 
 from gateway.browser import BrowserPool, BrowserProcesses, install
 from gateway.identity import TaskIdentity
+from gateway.parts import browser_processes_config
 from gateway.results import Door, ToolResult
 from gateway.runtime import Gateway
 from gateway.serving import serving
@@ -51,7 +52,9 @@ async def sites() -> AsyncIterator[Sites]:
 
 @pytest_asyncio.fixture(loop_scope="session", scope="session")
 async def task_chromium(tmp_path_factory: Any) -> AsyncIterator[BrowserProcesses]:
-    processes = BrowserProcesses(browser_settings(tmp_path_factory.mktemp("chromium")))
+    processes = BrowserProcesses(
+        browser_processes_config(browser_settings(tmp_path_factory.mktemp("chromium")))
+    )
     await processes.start()
     yield processes
     await processes.close()

@@ -28,6 +28,7 @@ from gateway.browser.jail import BrowserJail
 from gateway.browser.processes import GUARD_ARGS, TASK_BROWSER_DISABLED_FEATURES
 from gateway.chromium import find_chromium, launch_args
 from gateway.identity import TaskIdentity
+from gateway.parts import browser_processes_config
 from gateway.results import ToolStatus
 from tests.browser.conftest import BrowserGateway, Sites, browser_gateway, browser_settings
 
@@ -143,7 +144,7 @@ async def test_a_remote_browser_in_the_network_jail_serves_tasks(
     try:
         async with playwright_server(tmp_path, JAILED_ARGS, jail=jail) as server:
             settings.browser_ws_endpoint = server.endpoint
-            processes = BrowserProcesses(settings, jail=jail)
+            processes = BrowserProcesses(browser_processes_config(settings), jail=jail)
             try:
                 await _serves_tasks_with_the_guard(tmp_path, sites, processes)
             finally:
@@ -219,7 +220,7 @@ async def remote_only_gateway(
     """A gateway whose browsers are the servers' only, no Chromium of its own."""
     endpoints = [s.endpoint for s in servers]
     settings = browser_settings(tmp_path / "gw", browser_ws_endpoints=endpoints)
-    processes = BrowserProcesses(settings, local=0, jail=jail)
+    processes = BrowserProcesses(browser_processes_config(settings), local=0, jail=jail)
     try:
         async with browser_gateway(tmp_path / "gw", sites, processes) as b:
             yield b
