@@ -1,16 +1,70 @@
-"""The one place where each part's config is built from `Settings`.
+"""Each part's config, and the one place where it is built from `Settings`.
 
-A part's constructor takes its frozen config (beside the part, e.g. gateway/store/config.py)
-rather than the whole `Settings`, so a part can be built and tested without the
-environment; the environment variable names stay those of `Settings`.
+A part's constructor takes its frozen config rather than the whole `Settings`, so a part
+can be built and tested without the environment; the environment variable names stay
+those of `Settings`. The configs of the adapters (the browser pool and its processes, the
+MCP door) are here, in the running gateway's layer, so that building them imports no
+adapter code; the store's is `gateway/store/config.py`, below, as the store is.
 """
 
 from __future__ import annotations
 
-from gateway.browser.config import BrowserPoolConfig, BrowserProcessesConfig
-from gateway.mcp_door.config import McpDoorConfig
+from dataclasses import dataclass
+from pathlib import Path
+
 from gateway.settings import Settings
 from gateway.store.config import StoreConfig
+
+
+@dataclass(frozen=True, slots=True)
+class BrowserPoolConfig:
+    """How many task contexts, how long they live and how each process admits calls."""
+
+    max_contexts: int = 32
+    # Never-used contexts kept ready (at most `max_contexts`).
+    warm_contexts: int = 2
+    idle_s: float = 300.0
+    launch_at_start: bool = True
+    snapshot_max_chars: int = 24000
+    trace: bool = False
+    screenshots: bool = False
+    actions_per_process: int = 4
+    # 0: snapshots share the actions' lane.
+    reads_per_process: int = 8
+    # Calls queued per slot of a lane before more are turned away; None: unbounded.
+    waiting_per_slot: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class BrowserProcessesConfig:
+    """Where the pool's browsers come from: Chromium launched here, or remote servers."""
+
+    # Playwright's driver writes here (the ffmpeg it finds for videos).
+    data_dir: Path
+    processes: int = 1
+    # With it, the local slots connect to this server rather than launch a Chromium.
+    ws_endpoint: str | None = None
+    ws_endpoints: tuple[str, ...] = ()
+    network_jail: bool = True
+    user: str | None = None
+    executable: str | None = None
+
+
+# Larger images are not inlined as MCP image blocks.
+MAX_IMAGE_BYTES = 16 * 1024 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class McpDoorConfig:
+    """The door's limits, and whether it answers as a node of a cluster."""
+
+    # On a cluster's node: no sessions, no parked calls, no call tasks.
+    clustered: bool = False
+    image_blocks: bool = True
+    max_image_bytes: int = MAX_IMAGE_BYTES
+    max_body_bytes: int = 1024 * 1024
+    session_idle_s: float = 1800.0
+    max_sessions_per_task: int = 16
 
 
 def store_config(settings: Settings) -> StoreConfig:

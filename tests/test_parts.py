@@ -8,10 +8,11 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from gateway.browser.config import BrowserPoolConfig, BrowserProcessesConfig
 from gateway.errors import StorageError
-from gateway.mcp_door.config import McpDoorConfig
 from gateway.parts import (
+    BrowserPoolConfig,
+    BrowserProcessesConfig,
+    McpDoorConfig,
     browser_pool_config,
     browser_processes_config,
     mcp_door_config,

@@ -24,13 +24,13 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from gateway.errors import ToolFailure
 from gateway.identity import TaskIdentity
+from gateway.parts import BrowserPoolConfig
 from gateway.ports import Placement
 from gateway.results import ErrorCode, ToolStatus
 from gateway.storage_state import StorageState
 
 from .admission import Admission, PageAdmission
 from .app_link import AppLink
-from .config import BrowserPoolConfig
 from .errors import browser_unavailable
 from .processes import BrowserProcess, BrowserProcesses
 from .session import BrowserSession, EvidenceSink

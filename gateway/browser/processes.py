@@ -33,8 +33,8 @@ from playwright.async_api import Error as PlaywrightError
 
 from gateway.chromium import dropped_features, find_chromium, launch_args
 from gateway.errors import ToolFailure
+from gateway.parts import BrowserProcessesConfig
 
-from .config import BrowserProcessesConfig
 from .errors import browser_unavailable
 from .ffmpeg import driver_environment
 from .guard_probe import GuardBypassed, probe_guard

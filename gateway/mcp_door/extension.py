@@ -28,14 +28,13 @@ from gateway.identity import TaskIdentity
 from gateway.mcp_door.bearer import BearerFront
 from gateway.mcp_door.call_tasks import CallTasks
 from gateway.mcp_door.catalog import McpCatalog
-from gateway.mcp_door.config import McpDoorConfig
 from gateway.mcp_door.dispatch import TransportDispatch
 from gateway.mcp_door.images import ImageReader
 from gateway.mcp_door.input_required import ParkedCalls
 from gateway.mcp_door.resources import ArtifactResources
 from gateway.mcp_door.server import build_server
 from gateway.mcp_door.sessions import TaskSessions
-from gateway.parts import mcp_door_config
+from gateway.parts import McpDoorConfig, mcp_door_config
 from gateway.runtime import Gateway
 
 MCP_PATH = "/v1/mcp"
