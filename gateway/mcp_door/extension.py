@@ -51,7 +51,7 @@ class McpDoor:
         self.call_tasks = CallTasks(enabled=not gw.settings.clustered)
         self.catalog = McpCatalog(gw.registry, tasks_offered=self.call_tasks.enabled)
         self.server = build_server(
-            gw.pipeline,
+            gw.calls,
             self.catalog,
             images=artifact_reader(gw) if gw.settings.mcp_image_blocks else None,
             resources=ArtifactResources(gw.store),
