@@ -8,7 +8,10 @@ so what it may touch is plain from its constructor, and a test can hand it a sta
 - `EventRecorder`: evidence that is not a call (once, or aggregated for floods);
 - `TaskLookup`: a token to the task's stored identity (and its claims);
 - `ApprovalDesk`: where a channel hands a person's answer to an approval request;
-- `Elicit`: how a door asks the person at the agent's client (MCP elicitation).
+- `Elicit`: how a door asks the person at the agent's client (MCP elicitation);
+- `Fencing`: what the pipeline asks of whatever surrounds a call (a cluster's node), with
+  `NO_FENCING`, a single gateway's, which does nothing;
+- `Placement`: what the parts of a cluster's node ask of it (absent on a single gateway).
 
 The core's own classes satisfy them: `Pipeline`, `Registry`, `EventLog`, `TaskService`.
 """
@@ -17,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from gateway.identity import TaskIdentity
@@ -97,38 +101,55 @@ Errand = Callable[[TaskIdentity, dict[str, Any]], Awaitable[dict[str, Any]]]
 ReleaseListener = Callable[[str], Awaitable[None]]
 
 
-class Placement(Protocol):
-    """Where a task's calls run when this gateway is one node of a cluster
-    (gateway/cluster): on the task's owner. Absent on a single gateway."""
+@dataclass(frozen=True)
+class Fenced:
+    """The fence one side effect ran under: the node and the owner epoch its evidence names,
+    and the guard (an UPDATE and its parameters) its evidence commits under."""
 
     node_id: str
+    epoch: int
+    guard: tuple[Any, dict[str, Any]]
 
-    async def elsewhere(
-        self,
-        identity: TaskIdentity,
-        tool_name: str,
-        args: Any,
-        *,
-        door: Door,
-        idempotency_key: str | None,
-        call_id: str,
-        timeout_s: float,
-    ) -> ToolResult | None:
-        """The call's result from the task's owner, when another node owns it; None when
-        it runs here (this node owns it, or just became its owner)."""
-        ...
+
+class Fencing(Protocol):
+    """What the pipeline asks of the cluster around a call: the cluster's node fences a side
+    effect to the task's owner, and cuts short the handlers of a task it loses."""
 
     async def fence(
         self, identity: TaskIdentity, tool_name: str, idempotency_key: str | None, call_id: str
-    ) -> int:
+    ) -> Fenced | None:
         """Before a side effect: this node still owns the task and it has not ended, and a
-        keyed call's intent is written. Returns the owner epoch its evidence is committed
-        under; raises the call's failure (`in_doubt`, `revoked`, not the owner)."""
+        keyed call's intent is written. Returns the fence its evidence is committed under
+        (None: nothing fences it); raises the call's failure (`in_doubt`, `revoked`, not the
+        owner)."""
         ...
 
-    def commit_guard(self, task_id: str, epoch: int) -> tuple[Any, dict[str, Any]]:
-        """The guard (an UPDATE and its parameters) a side effect's evidence commits under."""
+    def running(self, task_id: str, handler: asyncio.Future[Any]) -> None:
+        """A handler of the task started (it is cancelled if the task goes elsewhere)."""
         ...
+
+
+class _NoFencing:
+    """A single gateway: every task is its own, so nothing fences a call."""
+
+    async def fence(
+        self, identity: TaskIdentity, tool_name: str, idempotency_key: str | None, call_id: str
+    ) -> Fenced | None:
+        return None
+
+    def running(self, task_id: str, handler: asyncio.Future[Any]) -> None:
+        return None
+
+
+NO_FENCING: Fencing = _NoFencing()
+
+
+class Placement(Protocol):
+    """What the parts of a gateway ask of the cluster when it is one node of one
+    (gateway/cluster): which node owns a task, errands to it, and what to let go of when
+    a task moves. Absent on a single gateway."""
+
+    node_id: str
 
     async def take(self, task_id: str) -> None:
         """The task's tab came to this node: it becomes the owner, whoever was."""

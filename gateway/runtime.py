@@ -27,7 +27,7 @@ from gateway.identity import TaskIdentity
 from gateway.metrics import Metrics
 from gateway.parts import store_config
 from gateway.pipeline import Pipeline
-from gateway.ports import Placement
+from gateway.ports import CallRunner, Placement
 from gateway.redaction import Redactor
 from gateway.registry import Registry, Services
 from gateway.settings import Settings
@@ -117,8 +117,10 @@ class Gateway:
             self.events,
             self.approvals,
         )
-        # Where a task's calls run when this gateway is a node of a cluster (set by
-        # gateway/cluster's extension, installed before the others); None on its own.
+        # What the doors run calls with: the pipeline itself here; on a node of a cluster,
+        # gateway/cluster's extension (installed before the others) sets the routing that
+        # runs each call on its task's owner, and `placement`, where that is (None on its own).
+        self.calls: CallRunner = self.pipeline
         self.placement: Placement | None = None
         self.task_log = TaskLog()
         self.tasks.on_end(self.pipeline.forget)

@@ -27,7 +27,7 @@ def install(gw: Gateway) -> list[BaseRoute]:
         hosts.add(LocalRegistryAdapter())
     gw.task_extras["parent_tool_bridge"] = task_extra(gw.registry, gw.settings.base_url)
     host = ParentToolHost(
-        calls=gw.pipeline,
+        calls=gw.calls,
         registry=gw.registry,
         events=gw.events,
         store=gw.store,
@@ -35,8 +35,6 @@ def install(gw: Gateway) -> list[BaseRoute]:
         data_dir=gw.settings.data_dir,
         metrics=metrics,
     )
-    delegations = DelegationService(
-        calls=gw.pipeline, events=gw.events, hosts=hosts, metrics=metrics
-    )
+    delegations = DelegationService(calls=gw.calls, events=gw.events, hosts=hosts, metrics=metrics)
     access = Access(lambda: gw.settings.control_key, gw.tasks)
     return routes.routes(access, gw.settings.max_body_bytes, host, delegations)

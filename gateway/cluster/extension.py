@@ -2,7 +2,8 @@
 this process joins the cluster as a node; otherwise nothing here runs.
 
 Installed before the other extensions, so that they find `gw.placement` set and register
-what they let go of when a task moves to another node.
+what they let go of when a task moves to another node, and the doors they install run
+their calls through `gw.calls`, the routing to each task's owner (`routing.py`).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from .bus import Bus
 from .ledger import Ledger
 from .nats_bus import NatsBus
 from .node import ClusterNode
+from .routing import Routing
 from .subjects import INBOX
 
 log = logging.getLogger(__name__)
@@ -59,8 +61,12 @@ def install(gw: Gateway) -> list[BaseRoute]:
     # A person's answer reaches the node that asks; a node that lost the task closes its
     # questions, and the call that asked ends.
     node.on_release(lambda task_id: gw.approvals.task_ended(task_id, "moved"))
+    # The one place the cluster is fitted into a gateway built before it: the pipeline's
+    # side effects are fenced to this node's tasks, and the doors' calls are routed to
+    # their tasks' owners (the pipeline itself never asks whether it is in a cluster).
     gw.placement = node
-    gw.pipeline.placement = node
+    gw.pipeline.fencing = node.fencing
+    gw.calls = Routing(gw.pipeline, node)
     gw.add_part("cluster node", context=node.running)
     gw.task_probes["node"] = lambda task_id: node.describe(task_id)
     return []

@@ -1,6 +1,7 @@
 """One node of a cluster: it owns some tasks, routes the calls and errands of the others to
 their owners and serves those routed to it (`rpc.py`), beats, frees the tasks of dead
-nodes, and tells and hears of owner changes and task ends (`ends.py`).
+nodes, and tells and hears of owner changes and task ends (`ends.py`). Its side effects are
+fenced to the tasks it owns (`fencing.py`); its doors' calls go through `routing.py`.
 
 Besides the routed envelopes, two broadcasts cross the bus, sealed like every message
 (`envelope.py`), so a publisher on the bus without the keys can neither end a task nor
@@ -22,17 +23,18 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
-from gateway.errors import GatewayError, ToolFailure
+from gateway.errors import GatewayError
 from gateway.identity import TaskIdentity
 from gateway.ids import new_id
 from gateway.pipeline import Pipeline
 from gateway.ports import Errand, ReleaseListener
-from gateway.results import Door, ErrorCode, ToolResult, ToolStatus
+from gateway.results import Door, ErrorCode, ToolResult
 from gateway.tasks import TaskService
 
 from .bus import Bus, BusError
 from .ends import Ends
 from .envelope import Envelopes, sealer
+from .fencing import NodeFencing, ended
 from .ledger import Freed, Ledger, Owner
 from .owners import Owners
 from .rpc import CALL, ERRAND, ErrandError, Job, Kind, Rpc, changing_nodes
@@ -78,6 +80,8 @@ class ClusterNode:
         self._rpc: Rpc | None = None
         self.owners = Owners(node_id)
         self.ends = Ends(ledger, tasks, self.owners, self._broadcast)
+        # What fences the pipeline's side effects to this node's tasks (`gw.pipeline.fencing`).
+        self.fencing = NodeFencing(node_id, ledger, self.owners, self._lose)
         self._release: list[ReleaseListener] = []
         self._errands: dict[str, Errand] = {}
         self._loops: list[asyncio.Task[None]] = []
@@ -137,7 +141,7 @@ class ClusterNode:
     def _seal(self, purpose: str, value: Any) -> bytes:
         return self.rpc.envelopes.seal(purpose, value)
 
-    # -- the Placement port ---------------------------------------------------------------
+    # -- the Placement port, and where calls run (`routing.py`) -------------------------
 
     async def elsewhere(
         self,
@@ -168,38 +172,6 @@ class ClusterNode:
             CALL, call, self._route_call, keyed=idempotency_key is not None
         )
         return None if answer is None else ToolResult.model_validate(answer)
-
-    async def fence(
-        self, identity: TaskIdentity, tool_name: str, idempotency_key: str | None, call_id: str
-    ) -> int:
-        task_id = identity.task_id
-        epoch = self.owners.epoch(task_id)
-        if epoch is None:
-            raise _not_here()
-        if idempotency_key is not None:
-            intent = await self.ledger.intent(task_id, tool_name, idempotency_key)
-            if intent is not None and (intent.node_id, intent.epoch) != (self.node_id, epoch):
-                found, code = await self.ledger.outcome(intent.call_id)
-                if not found or code == ErrorCode.IN_DOUBT:
-                    raise ToolFailure(
-                        ToolStatus.FAILED,
-                        ErrorCode.IN_DOUBT,
-                        f"a call with idempotency key {idempotency_key!r:.80} started on node "
-                        f"{intent.node_id}, which lost the task before recording its outcome; "
-                        "it may or may not have taken effect, and it is not run again",
-                        details={"call_id": intent.call_id, "node_id": intent.node_id},
-                    )
-        intent_row = (tool_name, idempotency_key, call_id) if idempotency_key is not None else None
-        if await self.ledger.fence(task_id, epoch, intent_row):
-            return epoch
-        owner = await self.ledger.owner(task_id)
-        if owner is not None and owner.revoked:
-            raise _ended()
-        await self._lose(task_id)
-        raise _not_here()
-
-    def commit_guard(self, task_id: str, epoch: int) -> tuple[Any, dict[str, Any]]:
-        return self.ledger.commit_guard(task_id, epoch)
 
     def browser_moved(self, task_id: str) -> str | None:
         return self.owners.browser_moved(task_id)
@@ -278,13 +250,13 @@ class ClusterNode:
             owner = found if found is not None else Owner(None, 0, False)
         if owner.revoked:
             await self.ends.ended_elsewhere(task_id, time.time(), "ended")
-            raise _ended()
+            raise ended()
         if owner.node_id is None or owner.node_id == self.node_id:
             # Nobody holds it; or the ledger names this node, which does not hold it (it
             # restarted, or let go): claim it, under a new epoch.
             owner = await self.ledger.claim(task_id, take_over=owner.node_id is not None)
             if owner.revoked:
-                raise _ended()
+                raise ended()
             if owner.node_id == self.node_id:
                 await self._own(task_id, owner)
                 return None
@@ -325,7 +297,6 @@ class ClusterNode:
                 door=Door(call["door"]),
                 idempotency_key=call["key"],
                 call_id=call["call_id"],
-                routed=True,
             )
             return result.model_dump(mode="json")
 
@@ -352,7 +323,7 @@ class ClusterNode:
         if not self.owners.let_go(task_id):
             return
         await self.pipeline.forget(task_id, "moved")
-        await self.pipeline.release(task_id)
+        await self.fencing.release(task_id)
         results = await asyncio.gather(
             *(listener(task_id) for listener in self._release), return_exceptions=True
         )
@@ -410,18 +381,3 @@ class ClusterNode:
     async def _tell_freed(self, freed: list[Freed]) -> None:
         for task in freed:
             await self._tell_owner(task.task_id, None, task.epoch)
-
-
-def _ended() -> ToolFailure:
-    return ToolFailure(ToolStatus.DENIED, ErrorCode.REVOKED, "the task has ended")
-
-
-def _not_here() -> ToolFailure:
-    return ToolFailure(
-        ToolStatus.UNAVAILABLE,
-        ErrorCode.UNAVAILABLE,
-        "this gateway node no longer holds the task; retry, and the call goes to the node "
-        "that does; nothing was done",
-        retryable=True,
-        details={"retry_after_s": 1},
-    )

@@ -52,7 +52,7 @@ class McpDoor:
         self.call_tasks = CallTasks(enabled=not config.clustered)
         self.catalog = McpCatalog(gw.registry, tasks_offered=self.call_tasks.enabled)
         self.server = build_server(
-            gw.pipeline,
+            gw.calls,
             self.catalog,
             images=artifact_reader(gw, config.max_image_bytes) if config.image_blocks else None,
             resources=ArtifactResources(gw.store),

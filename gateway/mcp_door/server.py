@@ -3,7 +3,7 @@
 Built on the SDK's low-level `Server`. Both handlers take the identity from the HTTP
 request that carried the message (put there by the bearer front), never from the message.
 
-`tools/call` runs `gw.pipeline.call(..., door=Door.MCP)`:
+`tools/call` runs `gw.calls.call(..., door=Door.MCP)` (the pipeline, or a cluster's routing):
 - `_meta.idempotency_key` (a string) is passed on as the call's idempotency key;
 - when the client sent `_meta.progressToken`, the handler's progress reports become MCP
   progress notifications on the call's own response stream;

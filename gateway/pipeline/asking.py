@@ -26,7 +26,6 @@ class Asking:
     progress: ProgressFn | None
     cancel: asyncio.Event | None
     elicit: Elicit | None
-    routed: bool = False  # sent here by another node: it runs here
     pause: Pause = field(default_factory=Pause)
 
 

@@ -33,12 +33,6 @@ class Call:
     context: ToolContext | None = None
     idempotency_row: tuple[Any, dict[str, Any]] | None = None
     shed: bool = False  # turned away before it ran: the evidence writer is too far behind
-    epoch: int | None = None  # the owner epoch its side effect ran under (a cluster)
-    # The owner epoch its side effect ran under when its node lost the task meanwhile.
-    lost_epoch: int | None = None
-    # Sent to the task's owner on another node: a failure of that hop is this node's own
-    # record, under an id of its own (the owner may still record the call under its id).
-    routing: bool = False
 
     def result(self, recorded_input: Any = None) -> ToolResult:
         return ToolResult(
@@ -59,18 +53,18 @@ class TaskUsage:
     side_effects: int = 0
 
 
-def lost_owner(call: Call) -> Call:
+def lost_owner(call: Call, epoch: int) -> Call:
     """A side effect whose node lost the task while it ran (another node owns it now, or
     the task ended): it is recorded as in doubt, not as its result, under no idempotency
-    key (a retry under the key is told `in_doubt`, never run again by itself)."""
+    key (a retry under the key is told `in_doubt`, never run again by itself). `epoch`: the
+    owner epoch it ran under."""
     call.error = ToolError(
         code=ErrorCode.IN_DOUBT,
         message="this gateway node lost the task while the call ran; whether it took "
         "effect is not known",
-        details={"epoch": call.epoch},
+        details={"epoch": epoch},
     )
     call.status = ToolStatus.UNAVAILABLE
     call.output = None
     call.idempotency_row = None
-    call.lost_epoch, call.epoch = call.epoch, None
     return call

@@ -5,16 +5,16 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
 from typing import Any
 
+from gateway.approval_policy import Need
 from gateway.approvals.broker import Approvals
 from gateway.errors import GatewayError, StorageError, ToolFailure
 from gateway.evidence_log import EventLog
 from gateway.identity import TaskIdentity
 from gateway.ids import new_id
 from gateway.metrics import Metrics
-from gateway.ports import Elicit, Placement
+from gateway.ports import NO_FENCING, Elicit, Fenced, Fencing
 from gateway.recording import declared_secrets, input_digest, recorded_input, recorded_output
 from gateway.redaction import Redactor
 from gateway.registry import ProgressFn, Registry, Services, Tool, ToolContext
@@ -42,6 +42,7 @@ class Pipeline:
         metrics: Metrics,
         events: EventLog,
         approvals: Approvals | None = None,
+        fencing: Fencing = NO_FENCING,
     ) -> None:
         self.approvals = approvals
         self.registry = registry
@@ -52,10 +53,9 @@ class Pipeline:
         self.metrics = metrics
         self.events = events
         self._usage: dict[str, TaskUsage] = {}
-        # Set when this gateway is a node of a cluster: calls run on their task's owner.
-        self.placement: Placement | None = None
-        # Handlers running, by task: a node that loses a task cancels them.
-        self._handlers: dict[str, set[asyncio.Future[Any]]] = {}
+        # What fences a side effect to its task's owner (a cluster's node); on a single
+        # gateway, nothing.
+        self.fencing = fencing
         self._keys = KeyLocks()
 
     async def call(
@@ -70,20 +70,18 @@ class Pipeline:
         cancel: asyncio.Event | None = None,
         call_id: str | None = None,
         elicit: Elicit | None = None,
-        routed: bool = False,
     ) -> ToolResult:
         """Run one call to its terminal result. Never raises for a call-level failure.
 
         `elicit`, from a door that can ask the person at the agent's client, is one more
-        channel for the approvals this call may need. `routed`: the call was sent here by
-        another node of the cluster, as to the task's owner; it runs here."""
+        channel for the approvals this call may need."""
         call_id = call_id or new_id("call")
         tool_name = steps.printable_name(tool_name)
         tool = self.registry.get(tool_name)
         if tool is not None:
             # Called by its id or by its exposed name: evidence and results name the id.
             tool_name = tool.name
-        asking = Asking(progress, cancel, elicit, routed)
+        asking = Asking(progress, cancel, elicit)
         if tool is None or not tool.side_effects or not idempotency_key:
             return await self._call(
                 identity, tool_name, raw_input, door, idempotency_key, asking, call_id
@@ -106,27 +104,9 @@ class Pipeline:
         call_id: str,
     ) -> ToolResult:
         call = Call(identity, tool_name, door, call_id, idempotency_key, raw_input)
-        tool = self.registry.get(tool_name)
+        fenced: Fenced | None = None
         try:
-            tool = steps.known(tool, call.tool_name)
-            record = await self.tasks.record(identity.task_id)
-            steps.check_task(record, self.tasks.status_of(record) if record else None)
-            need = steps.authorize(identity, tool, self.approvals is not None)
-            if self.placement is not None and not asking.routed:
-                # The checks above need nothing of the task's owner; the rest runs there.
-                call.routing = True
-                answer = await self.placement.elsewhere(
-                    identity,
-                    tool.name,
-                    raw_input,
-                    door=call.door,
-                    idempotency_key=idempotency_key,
-                    call_id=call.call_id,
-                    timeout_s=tool.timeout_s,
-                )
-                if answer is not None:
-                    return answer
-                call.routing = False
+            tool, need = await self._checked(identity, tool_name)
             self._admit_evidence(call, tool)
             usage = await self._usage_of(identity.task_id)
             steps.charge_budget(identity, tool, usage)
@@ -168,14 +148,20 @@ class Pipeline:
                 if need is not None:
                     assert self.approvals is not None
                     await approve(self.approvals, call, tool, need, digest, asking)
-                if self.placement is not None and tool.side_effects:
-                    call.epoch = await self.placement.fence(
+                if tool.side_effects:
+                    fenced = await self.fencing.fence(
                         identity, tool.name, idempotency_key if keyed else None, call.call_id
                     )
                 call.side_effect = tool.side_effects
                 usage.side_effects += int(tool.side_effects)
+                task_id = identity.task_id
                 value = await run_handler(
-                    tool, call.context, args, asking.cancel, asking.pause, self._started(identity)
+                    tool,
+                    call.context,
+                    args,
+                    asking.cancel,
+                    asking.pause,
+                    lambda handler: self.fencing.running(task_id, handler),
                 )
                 call.output, call.truncated = steps.bound_output(value, tool.max_output_bytes)
                 if keyed and idempotency_key is not None:
@@ -194,13 +180,46 @@ class Pipeline:
             call.status, call.error = exc.tool_status, exc.to_tool_error()
         except asyncio.CancelledError:
             # The caller went away: the call still ends in one recorded terminal result.
-            call.status, call.output = ToolStatus.FAILED, None
-            call.error = ToolError(
-                code=ErrorCode.CANCELLED, message="the caller cancelled the call"
-            )
-            await asyncio.shield(self._finish(call))
+            call.status, call.output, call.error = ToolStatus.FAILED, None, _cancelled()
+            await asyncio.shield(self._finish(call, fenced))
             raise
-        return await self._finish(call)
+        return await self._finish(call, fenced)
+
+    async def checked(self, identity: TaskIdentity, tool_name: str) -> Tool:
+        """The tool, when the checks that need nothing of the task's owner let its call on
+        (a known tool, a live task, a permitted call); raises the call's failure otherwise."""
+        tool, _need = await self._checked(identity, steps.printable_name(tool_name))
+        return tool
+
+    async def _checked(self, identity: TaskIdentity, tool_name: str) -> tuple[Tool, Need | None]:
+        tool = steps.known(self.registry.get(tool_name), tool_name)
+        record = await self.tasks.record(identity.task_id)
+        steps.check_task(record, self.tasks.status_of(record) if record else None)
+        return tool, steps.authorize(identity, tool, self.approvals is not None)
+
+    async def unsent(
+        self,
+        identity: TaskIdentity,
+        tool_name: str,
+        raw_input: Any,
+        *,
+        door: Door,
+        idempotency_key: str | None,
+        call_id: str,
+        failure: GatewayError | None,
+    ) -> ToolResult:
+        """Record a call that was passed on to run elsewhere (its task's owner) and failed
+        on the way, or whose caller went away meanwhile (`failure` None). It is this
+        gateway's own record, marked `routed`, under an id of its own: where it went may
+        still record the call under its id."""
+        tool = self.registry.get(steps.printable_name(tool_name))
+        name = tool.name if tool is not None else steps.printable_name(tool_name)
+        call = Call(identity, name, door, call_id, idempotency_key, raw_input)
+        if failure is None:
+            call.status, call.error = ToolStatus.FAILED, _cancelled()
+        else:
+            call.status, call.error = failure.tool_status, failure.to_tool_error()
+        return await self._finish(call, routed=True)
 
     def _admit_evidence(self, call: Call, tool: Tool) -> None:
         """A call the evidence writer is too far behind for is shed: its record then does
@@ -211,7 +230,12 @@ class Pipeline:
             self.metrics.calls_shed.labels(resource="evidence").inc()
         steps.admit_evidence(wait, tool)
 
-    async def _finish(self, call: Call) -> ToolResult:
+    async def _finish(
+        self, call: Call, fenced: Fenced | None = None, *, lost: bool = False, routed: bool = False
+    ) -> ToolResult:
+        """Record the call and answer it. `fenced`: its side effect's fence, which its record
+        names and its commit holds under (`lost`: the fence did not hold, so what it did is
+        recorded as in doubt). `routed`: a failed hop to where it was to run."""
         secrets = call.context.secrets if call.context is not None else ()
         kept_input = recorded_input(call.input, secrets)
         result = call.result(kept_input)
@@ -241,18 +265,14 @@ class Pipeline:
         }
         if call.context is not None and call.context.evidence:
             record["context"] = redact(call.context.evidence)
-        if self.placement is not None and (call.epoch or call.lost_epoch) is not None:
+        if fenced is not None:
             # Which node ran the side effect, and under which of the task's owner epochs.
-            record["owner"] = {
-                "node_id": self.placement.node_id,
-                "epoch": call.epoch if call.epoch is not None else call.lost_epoch,
-                "lost": call.lost_epoch is not None,
-            }
-        if call.routing:
+            record["owner"] = {"node_id": fenced.node_id, "epoch": fenced.epoch, "lost": lost}
+        if routed:
             record["routed"] = True
         rows = [
             self.store.evidence_row(
-                record_id=new_id("call") if call.routing else call.call_id,
+                record_id=new_id("call") if routed else call.call_id,
                 task_id=identity.task_id,
                 org_id=identity.org_id,
                 kind="call",
@@ -272,14 +292,14 @@ class Pipeline:
                 # Its record joins the queue and the answer does not wait for it: the call
                 # did nothing, and waiting is what it was turned away from.
                 self.store.enqueue(rows).add_done_callback(_unstored)
-            elif call.epoch is None or self.placement is None:
+            elif fenced is None or lost:
                 await self.store.commit(rows)
             else:
-                guard, params = self.placement.commit_guard(identity.task_id, call.epoch)
+                guard, params = fenced.guard
                 if not await self.store.commit_if(guard, params, rows):
                     # The task moved on while this ran: what it did is kept, as in doubt,
                     # and not as the call's result (a retry under its key is in doubt).
-                    return await self._finish(lost_owner(call))
+                    return await self._finish(lost_owner(call, fenced.epoch), fenced, lost=True)
         except StorageError as exc:
             self.metrics.storage_failures.inc()
             result = ToolResult(
@@ -295,23 +315,6 @@ class Pipeline:
         self.metrics.call_seconds.labels(call.door.value).observe(duration)
         return result
 
-    def _running(self, task_id: str, handler: asyncio.Future[Any]) -> None:
-        running = self._handlers.setdefault(task_id, set())
-        running.add(handler)
-
-        def done(_f: asyncio.Future[Any]) -> None:
-            running.discard(handler)
-            if not running and self._handlers.get(task_id) is running:
-                del self._handlers[task_id]
-
-        handler.add_done_callback(done)
-
-    async def release(self, task_id: str) -> None:
-        """Another node holds the task now: the handlers still running for it here are
-        cancelled (a side effect under way is cut short; its record says in doubt)."""
-        for handler in list(self._handlers.get(task_id, ())):
-            handler.cancel()
-
     async def forget(self, task_id: str, _reason: str) -> None:
         """A task ended or expired: its calls are refused from now on, its usage can go."""
         self._usage.pop(task_id, None)
@@ -324,15 +327,9 @@ class Pipeline:
             usage = self._usage.setdefault(task_id, TaskUsage(calls, side_effects))
         return usage
 
-    def _started(self, identity: TaskIdentity) -> Callable[[asyncio.Future[Any]], None]:
-        """What `run_handler` tells of a handler it starts: a node of a cluster keeps it,
-        to cancel it when it loses the task."""
 
-        def started(handler: asyncio.Future[Any]) -> None:
-            if self.placement is not None:
-                self._running(identity.task_id, handler)
-
-        return started
+def _cancelled() -> ToolError:
+    return ToolError(code=ErrorCode.CANCELLED, message="the caller cancelled the call")
 
 
 def _unstored(done: asyncio.Future[None]) -> None:

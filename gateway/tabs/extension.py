@@ -18,7 +18,7 @@ def install(gw: Gateway) -> list[BaseRoute]:
         views = Views()
         gw.services.provide(Views, views)
     hub = TabHub(
-        calls=gw.pipeline,
+        calls=gw.calls,
         catalog=gw.registry,
         events=gw.events,
         metrics=gw.metrics.registry,

@@ -121,7 +121,7 @@ async def test_another_nodes_credentials_read_and_answer_nothing_of_a_node(
     await client.publish("gw.inbox.node-a.x", b"junk")
     await client.flush()
 
-    result = await b.pipeline.call(identity, "test.where", {"text": MARKER}, door=Door.MCP)
+    result = await b.calls.call(identity, "test.where", {"text": MARKER}, door=Door.MCP)
     await node_of(b).take(identity.task_id)  # an owner broadcast, heard by every node
     await until(lambda: bool(taken.get("gw.owner")), "the broadcast reached the attacker")
 
@@ -155,7 +155,7 @@ async def test_a_reader_of_the_whole_bus_reads_no_routed_call_in_clear(
     await client.subscribe(">", cb=on_message)
     await client.flush()
 
-    result = await b.pipeline.call(identity, "test.where", {"text": MARKER}, door=Door.MCP)
+    result = await b.calls.call(identity, "test.where", {"text": MARKER}, door=Door.MCP)
     assert result.status is ToolStatus.SUCCEEDED
     await until(lambda: len(carried) >= 2, "the call and its answer crossed the bus")
     # The call went out and its answer came back, and neither reads in clear.
@@ -184,7 +184,7 @@ async def test_forged_answers_neither_end_a_routed_call_nor_repeat_its_side_effe
     await client.subscribe("gw.call.node-a", cb=answer_first)
     await client.flush()
 
-    results = [await b.pipeline.call(identity, "test.write", {}, door=Door.MCP) for _ in range(3)]
+    results = [await b.calls.call(identity, "test.write", {}, door=Door.MCP) for _ in range(3)]
 
     assert [(r.status, r.output) for r in results] == [
         (ToolStatus.SUCCEEDED, {"node": "node-a"}),
@@ -209,7 +209,7 @@ async def test_only_unverifiable_answers_by_the_deadline_are_in_doubt(
     await client.flush()
     # Node b waits a fraction of a second for the owner, which is still running the call.
     monkeypatch.setattr(node_module, "ROUTE_MARGIN_S", -29.8)
-    call = asyncio.create_task(b.pipeline.call(identity, "test.slow_write", {}, door=Door.MCP))
+    call = asyncio.create_task(b.calls.call(identity, "test.slow_write", {}, door=Door.MCP))
     await nodes.ran.entered.wait()
     result = await call
 

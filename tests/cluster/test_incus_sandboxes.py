@@ -97,7 +97,7 @@ async def incus_nodes(
 
 
 async def call(gw: Gateway, identity: TaskIdentity, tool: str, **args: Any) -> ToolResult:
-    return await gw.pipeline.call(identity, tool, args, door=Door.MCP)
+    return await gw.calls.call(identity, tool, args, door=Door.MCP)
 
 
 def container_exists(name: str) -> bool:

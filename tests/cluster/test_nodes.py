@@ -224,7 +224,7 @@ async def test_a_call_runs_on_the_owner_and_is_recorded_once(nodes: Nodes) -> No
     identity, _ = await new_task(a)
     await node_of(a).take(identity.task_id)  # its tab came to node a
 
-    result = await b.pipeline.call(identity, "test.where", {"text": "hi"}, door=Door.MCP)
+    result = await b.calls.call(identity, "test.where", {"text": "hi"}, door=Door.MCP)
 
     assert result.status is ToolStatus.SUCCEEDED, result
     assert result.output == {"node": "node-a", "text": "hi"}
@@ -239,8 +239,8 @@ async def test_a_task_nobody_owns_is_taken_by_the_node_its_call_reaches(nodes: N
     b = await nodes.start("node-b")
     identity, _ = await new_task(a)
 
-    first = await b.pipeline.call(identity, "test.where", {}, door=Door.MCP)
-    second = await a.pipeline.call(identity, "test.where", {}, door=Door.MCP)
+    first = await b.calls.call(identity, "test.where", {}, door=Door.MCP)
+    second = await a.calls.call(identity, "test.where", {}, door=Door.MCP)
 
     assert first.output["node"] == second.output["node"] == "node-b"
     assert node_of(b).owned() == {identity.task_id: 1}
@@ -261,7 +261,7 @@ async def test_a_tab_taking_the_task_moves_its_calls(nodes: Nodes) -> None:
     await node_of(b).take(identity.task_id)  # the tab reconnected to node b
     await until(lambda: released == [identity.task_id], "the other node heard")
 
-    result = await a.pipeline.call(identity, "test.where", {}, door=Door.MCP)
+    result = await a.calls.call(identity, "test.where", {}, door=Door.MCP)
     assert result.output["node"] == "node-b"
     assert node_of(b).owned() == {identity.task_id: 2}
     assert node_of(a).owned() == {}
@@ -284,7 +284,7 @@ async def test_an_end_on_one_node_is_refused_on_every_node(nodes: Nodes) -> None
     await until(lambda: ended == [identity.task_id], "the other node heard")
     with pytest.raises(TokenRevoked):
         await a.tasks.authenticate(tokens["agent"], Purpose.AGENT)
-    result = await b.pipeline.call(identity, "test.write", {}, door=Door.MCP)
+    result = await b.calls.call(identity, "test.write", {}, door=Door.MCP)
     assert (result.status, result.error and result.error.code) == (
         ToolStatus.DENIED,
         ErrorCode.REVOKED,
@@ -311,7 +311,7 @@ async def test_a_side_effect_of_an_old_epoch_is_not_accepted(nodes: Nodes) -> No
     identity, _ = await new_task(a)
     await node_of(a).take(identity.task_id)
     call = asyncio.create_task(
-        a.pipeline.call(identity, "test.slow_write", {}, door=Door.MCP, idempotency_key="order-1")
+        a.calls.call(identity, "test.slow_write", {}, door=Door.MCP, idempotency_key="order-1")
     )
     await nodes.ran.entered.wait()  # under way on node a, epoch 1
     await node_of(b).take(identity.task_id)  # node b holds it now, epoch 2
@@ -326,7 +326,7 @@ async def test_a_side_effect_of_an_old_epoch_is_not_accepted(nodes: Nodes) -> No
     assert record["owner"] == {"node_id": "node-a", "epoch": 1, "lost": True}
     assert await a.store.idempotent_result(identity.task_id, "test.slow_write", "order-1") is None
 
-    retry = await b.pipeline.call(
+    retry = await b.calls.call(
         identity, "test.slow_write", {}, door=Door.MCP, idempotency_key="order-1"
     )
     assert retry.error is not None and retry.error.code == ErrorCode.IN_DOUBT, retry
@@ -344,7 +344,7 @@ async def test_a_dead_owner_is_answered_at_once_then_its_task_is_freed(nodes: No
         loop.cancel()
     await node_of(a).bus.close()
 
-    gone = await b.pipeline.call(identity, "test.where", {}, door=Door.MCP)
+    gone = await b.calls.call(identity, "test.where", {}, door=Door.MCP)
     assert (gone.status, gone.error and gone.error.code) == (
         ToolStatus.UNAVAILABLE,
         ErrorCode.UNAVAILABLE,
@@ -352,7 +352,7 @@ async def test_a_dead_owner_is_answered_at_once_then_its_task_is_freed(nodes: No
     assert gone.error is not None and gone.error.retryable
 
     async def answered_by_b() -> bool:
-        result = await b.pipeline.call(identity, "test.where", {}, door=Door.MCP)
+        result = await b.calls.call(identity, "test.where", {}, door=Door.MCP)
         return result.status is ToolStatus.SUCCEEDED and result.output["node"] == "node-b"
 
     await until_true(answered_by_b, "the call was answered there")
@@ -397,7 +397,7 @@ async def test_a_routed_call_whose_answer_comes_late_is_not_run_twice(
     # Node b stops waiting for node a's answer before node a is done.
     monkeypatch.setattr(node_module, "ROUTE_MARGIN_S", -29.8)
     call = asyncio.create_task(
-        b.pipeline.call(identity, "test.slow_write", {}, door=Door.MCP, idempotency_key="k-1")
+        b.calls.call(identity, "test.slow_write", {}, door=Door.MCP, idempotency_key="k-1")
     )
     await nodes.ran.entered.wait()
     first = await call
@@ -412,7 +412,7 @@ async def test_a_routed_call_whose_answer_comes_late_is_not_run_twice(
 
     await until_true(stored, "the call was answered there")
     monkeypatch.setattr(node_module, "ROUTE_MARGIN_S", 5.0)
-    retry = await b.pipeline.call(
+    retry = await b.calls.call(
         identity, "test.slow_write", {}, door=Door.MCP, idempotency_key="k-1"
     )
     assert retry.status is ToolStatus.SUCCEEDED and retry.replayed
@@ -489,7 +489,7 @@ DECISION = {"decision": "approve", "approver": {"id": "admin_1", "role": "admin"
 
 async def asking(gw: Gateway, identity: TaskIdentity) -> tuple[asyncio.Future[Any], str]:
     """A side-effect call on `gw` that waits for a person's answer, and its approval."""
-    call = asyncio.ensure_future(gw.pipeline.call(identity, "test.write", {}, door=Door.MCP))
+    call = asyncio.ensure_future(gw.calls.call(identity, "test.write", {}, door=Door.MCP))
     await until(lambda: bool(gw.approvals.pending(identity.task_id)), "the call asked")
     return call, gw.approvals.pending(identity.task_id)[0].id
 

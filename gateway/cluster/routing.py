@@ -1,0 +1,171 @@
+"""Routing: on a node of a cluster, a task's calls run on the node that owns the task.
+
+`Routing` is the call runner the doors of a node are given (`ports.CallRunner`, as the
+pipeline is on a single gateway). It wraps the local pipeline: a call whose task another
+node owns is sent there (the routed-call errand, `rpc.py`) and answered with the owner's
+result; every other call runs in the local pipeline, which knows nothing of the cluster.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from typing import Any, Protocol
+
+from gateway.errors import GatewayError
+from gateway.identity import TaskIdentity
+from gateway.ids import new_id
+from gateway.pipeline.keys import KeyLocks
+from gateway.ports import Elicit
+from gateway.registry import ProgressFn, Tool
+from gateway.results import Door, ToolResult
+
+
+class LocalPipeline(Protocol):
+    """What routing needs of this node's pipeline (`gateway.pipeline.Pipeline`)."""
+
+    async def call(
+        self,
+        identity: TaskIdentity,
+        tool_name: str,
+        raw_input: Any,
+        *,
+        door: Door,
+        idempotency_key: str | None = None,
+        progress: ProgressFn | None = None,
+        cancel: asyncio.Event | None = None,
+        call_id: str | None = None,
+        elicit: Elicit | None = None,
+    ) -> ToolResult: ...
+
+    async def checked(self, identity: TaskIdentity, tool_name: str) -> Tool: ...
+
+    async def unsent(
+        self,
+        identity: TaskIdentity,
+        tool_name: str,
+        raw_input: Any,
+        *,
+        door: Door,
+        idempotency_key: str | None,
+        call_id: str,
+        failure: GatewayError | None,
+    ) -> ToolResult: ...
+
+
+class Owner(Protocol):
+    """Where a task's call runs (`ClusterNode.elsewhere`)."""
+
+    async def elsewhere(
+        self,
+        identity: TaskIdentity,
+        tool_name: str,
+        args: Any,
+        *,
+        door: Door,
+        idempotency_key: str | None,
+        call_id: str,
+        timeout_s: float,
+    ) -> ToolResult | None:
+        """The call's result from the task's owner, when another node owns it; None when
+        it runs here (this node owns it, or just became its owner)."""
+        ...
+
+
+class Routing:
+    """A call runner that runs each call on its task's owner."""
+
+    def __init__(self, pipeline: LocalPipeline, owner: Owner) -> None:
+        self.pipeline = pipeline
+        self.owner = owner
+        # Calls under one idempotency key pass here one at a time, hop included, as they
+        # run one at a time in a pipeline: a replay sent after the first one finds its
+        # record wherever that one ran.
+        self._keys = KeyLocks()
+
+    async def call(
+        self,
+        identity: TaskIdentity,
+        tool_name: str,
+        raw_input: Any,
+        *,
+        door: Door,
+        idempotency_key: str | None = None,
+        progress: ProgressFn | None = None,
+        cancel: asyncio.Event | None = None,
+        call_id: str | None = None,
+        elicit: Elicit | None = None,
+    ) -> ToolResult:
+        """Run one call to its terminal result, on the task's owner. Never raises for a
+        call-level failure. `progress`, `cancel` and `elicit` reach a call run here only."""
+        call_id = call_id or new_id("call")
+
+        async def here() -> ToolResult:
+            return await self.pipeline.call(
+                identity,
+                tool_name,
+                raw_input,
+                door=door,
+                idempotency_key=idempotency_key,
+                progress=progress,
+                cancel=cancel,
+                call_id=call_id,
+                elicit=elicit,
+            )
+
+        try:
+            # These checks need nothing of the task's owner: a call they refuse is refused
+            # here, by the pipeline, as on a single gateway.
+            tool = await self.pipeline.checked(identity, tool_name)
+        except GatewayError:
+            return await here()
+        keyed = tool.side_effects and idempotency_key is not None
+        held = (
+            self._keys.held(identity.task_id, tool.name, idempotency_key)
+            if keyed and idempotency_key is not None
+            else contextlib.nullcontext()
+        )
+        async with held:
+            try:
+                answer = await self.owner.elsewhere(
+                    identity,
+                    tool.name,
+                    raw_input,
+                    door=door,
+                    idempotency_key=idempotency_key,
+                    call_id=call_id,
+                    timeout_s=tool.timeout_s,
+                )
+            except GatewayError as exc:
+                return await self._unsent(
+                    identity, tool, raw_input, door, idempotency_key, call_id, exc
+                )
+            except asyncio.CancelledError:
+                # The caller went away: the call still ends in one recorded terminal result.
+                await asyncio.shield(
+                    self._unsent(identity, tool, raw_input, door, idempotency_key, call_id, None)
+                )
+                raise
+            if answer is not None:
+                return answer
+            return await here()
+
+    async def _unsent(
+        self,
+        identity: TaskIdentity,
+        tool: Tool,
+        raw_input: Any,
+        door: Door,
+        idempotency_key: str | None,
+        call_id: str,
+        failure: GatewayError | None,
+    ) -> ToolResult:
+        return await self.pipeline.unsent(
+            identity,
+            tool.name,
+            raw_input,
+            door=door,
+            idempotency_key=idempotency_key,
+            call_id=call_id,
+            failure=failure,
+        )
