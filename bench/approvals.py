@@ -41,12 +41,12 @@ from pydantic import BaseModel
 from websockets.asyncio.client import ClientConnection, connect
 
 from bench.report import summary, write
+from gateway.core.registry import Tool, ToolContext
+from gateway.core.results import Door
+from gateway.core.tokens import Purpose
 from gateway.http import health, tasks
-from gateway.registry import Tool, ToolContext
-from gateway.results import Door
 from gateway.tabs import ShowRunProgress, TabHub, install
 from gateway.testing import live_gateway, test_settings
-from gateway.tokens import Purpose
 
 GOAL = 1.5
 STATELESS_GOAL = 1.2

@@ -59,9 +59,9 @@ def _row(name: str, samples: list[float], floor: float | None = None) -> dict[st
 async def measure(rounds: int, command_rounds: int) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     from gateway.bridge import BridgeClient, as_host_command, install
     from gateway.bridge.schemas import ENDPOINT_ENV, TOKEN_ENV
+    from gateway.core.registry import ToolContext
+    from gateway.core.results import Door
     from gateway.http import health, tasks
-    from gateway.registry import ToolContext
-    from gateway.results import Door
     from gateway.runtime import Gateway
     from gateway.testing import live_gateway, test_settings
 
@@ -162,7 +162,7 @@ async def measure(rounds: int, command_rounds: int) -> tuple[list[dict[str, Any]
 
 
 def _agent() -> Any:
-    from gateway.tokens import Purpose
+    from gateway.core.tokens import Purpose
 
     return Purpose.AGENT
 

@@ -164,7 +164,7 @@ class Bench:
         """A call through the pipeline, made again after the time an `overloaded` answer
         names, as the contract asks of a client: many tasks at once are more than the
         browser's action slots take, and the calls over them are turned away, not queued."""
-        from gateway.results import Door
+        from gateway.core.results import Door
 
         while True:
             result = await gw.pipeline.call(identity, tool, args, door=Door.MCP)
@@ -192,7 +192,7 @@ class Bench:
         return gw
 
     async def new_task(self, gw: Any) -> tuple[str, str]:
-        from gateway.tasks import TaskCreate
+        from gateway.core.tasks.service import TaskCreate
 
         identity, tokens = await gw.tasks.create(
             TaskCreate.model_validate(
@@ -208,7 +208,7 @@ class Bench:
 
     async def gateway_start(self, gw: Any, token: str) -> Any:
         """Token to first snapshot, through the gateway's tools."""
-        from gateway.tokens import Purpose
+        from gateway.core.tokens import Purpose
 
         identity = await gw.tasks.authenticate(token, Purpose.AGENT)
         # browser.navigate hands over the loaded page's snapshot: the first snapshot is there.

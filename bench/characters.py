@@ -42,7 +42,7 @@ from starlette.routing import Route
 
 from bench.peer import PEER_CLI, ensure_peer
 from bench.report import write
-from gateway.chromium import find_chromium
+from gateway.browser.chromium import find_chromium
 from gateway.serving import serving
 from gateway.testing import live_gateway, test_settings
 from mcp import Client

@@ -3,7 +3,7 @@ costs, how fast a task's end reaches every node, and how long a task is without 
 after its owner is killed.
 
 Three `gateway serve` processes, PostgreSQL, NATS, an S3 server and HAProxy on loopback
-(gateway/testing/cluster.py). For each measure a task is owned by node 1 (its tab is
+(tests/servers/cluster.py). For each measure a task is owned by node 1 (its tab is
 connected there) and the same call is made by an official MCP client of the task (one
 session each) on node 1 (same node) and on node 2 (cross node, routed over NATS),
 alternately:
@@ -38,11 +38,11 @@ import httpx
 
 from bench.browser import app_process
 from bench.report import percentile, write
-from gateway.registry import exposed_name
+from gateway.core.registry import exposed_name
 from gateway.testing.agents import bridge_client, mcp_session
-from gateway.testing.cluster import LocalCluster
 from gateway.testing.control import ControlPlane, GatewayTask
 from gateway.testing.tab_client import ORIGIN, running_tab
+from tests.servers.cluster import LocalCluster
 
 MS = 1e3
 GOAL_ADDED_MS = 1.0

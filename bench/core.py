@@ -16,13 +16,13 @@ from typing import Any
 from pydantic import BaseModel
 
 from bench.report import summary, write
-from gateway.identity import Actor, Sandbox
-from gateway.registry import Tool, ToolContext
-from gateway.results import Door
+from gateway.core.identity import Actor, Sandbox
+from gateway.core.registry import Tool, ToolContext
+from gateway.core.results import Door
+from gateway.core.tasks.service import TaskCreate
+from gateway.core.tokens import Purpose
 from gateway.runtime import Gateway
-from gateway.tasks import TaskCreate
 from gateway.testing import test_settings
-from gateway.tokens import Purpose
 
 US = 1e6
 

@@ -31,10 +31,10 @@ from examples.synthetic_app.workflow import (
     sign_in,
     webmcp_door,
 )
-from gateway.chromium import find_chromium, launch_args
-from gateway.results import Door
+from gateway.browser.chromium import find_chromium, launch_args
+from gateway.core.results import Door
+from gateway.core.tokens import Purpose
 from gateway.testing import test_settings
-from gateway.tokens import Purpose
 
 MS = 1e3
 

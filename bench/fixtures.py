@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.report import summary, write
-from gateway.chromium import find_chromium, launch_args
+from gateway.browser.chromium import find_chromium, launch_args
 from gateway.testing.agents import McpAgent
 from gateway.testing.control import ControlPlane
 from gateway.testing.dashboard import DashboardPage

@@ -31,7 +31,7 @@ from typing import Any
 import httpx
 
 from bench.report import summary, write
-from gateway.registry import exposed_name
+from gateway.core.registry import exposed_name
 from gateway.testing import CONTROL_KEY, test_settings
 
 GOAL_VS_SDK = 1.3
@@ -57,8 +57,8 @@ def gateway_app(data_dir: Path, *, evidence: bool = True) -> Any:
 
     from gateway import mcp_door
     from gateway.app import build_app
+    from gateway.core.registry import ToolAnnotations, ToolContext
     from gateway.http import health, tasks
-    from gateway.registry import ToolAnnotations, ToolContext
     from gateway.runtime import Gateway
 
     class Empty(BaseModel):

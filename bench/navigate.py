@@ -117,7 +117,7 @@ async def measure(
 async def run(sessions: int, rounds: int, paths: list[str]) -> int:
     from gateway.browser import BrowserPool
     from gateway.browser.guard_proxy import OriginProxy
-    from gateway.tokens import Purpose
+    from gateway.core.tokens import Purpose
 
     rows: list[dict[str, Any]] = []
     notes: dict[str, Any] = {"sessions": sessions, "rounds": rounds, "load_average": []}
@@ -232,7 +232,7 @@ async def first_loads(tries: int, path: str) -> int:
     first load of a fresh context on its own Chromium, alternating. Goal: no first
     navigation through the gateway slower than 3x raw Playwright's p99."""
     from gateway.browser import BrowserPool
-    from gateway.tokens import Purpose
+    from gateway.core.tokens import Purpose
 
     raw_times: list[float] = []
     gw_times: list[float] = []

@@ -52,8 +52,8 @@ import httpx
 
 from bench.browser import app_process
 from bench.report import cpu_quiet, summary, write
-from gateway.chromium import find_chromium, launch_args
-from gateway.registry import exposed_name
+from gateway.browser.chromium import find_chromium, launch_args
+from gateway.core.registry import exposed_name
 
 PEER_DIR = Path(__file__).parent / "peer"
 PEER_CLI = PEER_DIR / "node_modules" / "@playwright" / "mcp" / "cli.js"

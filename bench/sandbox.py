@@ -34,12 +34,12 @@ from typing import Any
 from bench.report import summary, write
 from examples.synthetic_app.serve import SOURCE, example_repository
 from gateway.browser.memory import process_tree, pss_kib
+from gateway.core.sandbox_spec import DEFAULT_MAX_LIMITS, IncusBackend, Provision
 from gateway.sandbox.checkout import extract
 from gateway.sandbox.incus import IncusProvider, IncusSandbox
 from gateway.sandbox.local import LocalProvider, LocalSandbox, host_unready, sandbox_processes
 from gateway.sandbox.provider import Binding, SandboxHandle, SandboxProvider
-from gateway.sandbox_spec import DEFAULT_MAX_LIMITS, IncusBackend, Provision
-from gateway.testing.incus import IncusUnavailable, incus_daemon, incus_installed
+from tests.servers.incus import IncusUnavailable, incus_daemon, incus_installed
 
 MS = 1e3
 LIVE_AT_ONCE = 4

@@ -24,13 +24,13 @@ from typing import Any
 from pydantic import BaseModel
 
 from bench.report import summary, write
-from gateway.identity import Actor, Sandbox, TaskIdentity
-from gateway.registry import Tool, ToolContext
-from gateway.results import Door
+from gateway.core.identity import Actor, Sandbox, TaskIdentity
+from gateway.core.registry import Tool, ToolContext
+from gateway.core.results import Door
+from gateway.core.tasks.service import TaskCreate
 from gateway.runtime import Gateway
-from gateway.tasks import TaskCreate
 from gateway.testing import test_settings
-from gateway.testing.postgres import throwaway_cluster
+from tests.servers.postgres import throwaway_cluster
 
 GOAL = 1.5
 US = 1e6

@@ -34,12 +34,12 @@ from starlette.routing import Route, WebSocketRoute
 from starlette.websockets import WebSocket
 
 from bench.report import summary, write
-from gateway.chromium import find_chromium, launch_args
+from gateway.browser.chromium import find_chromium, launch_args
+from gateway.core.tokens import Purpose
 from gateway.http import health, tasks
 from gateway.serving import serving
 from gateway.tabs import ShowRunProgress, TabHub, install
 from gateway.testing import LiveGateway, live_gateway, test_settings
-from gateway.tokens import Purpose
 
 P50_GOAL = 1.3
 P99_GOAL = 2.0

@@ -38,9 +38,9 @@ from starlette.routing import Route, WebSocketRoute
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from bench.report import summary, write
-from gateway.chromium import find_chromium, launch_args
+from gateway.browser.chromium import find_chromium, launch_args
+from gateway.core.registry import Tool, ToolContext, exposed_name
 from gateway.http import health, tasks
-from gateway.registry import Tool, ToolContext, exposed_name
 from gateway.runtime import Gateway
 from gateway.serving import serving
 from gateway.tabs import install

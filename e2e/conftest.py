@@ -20,8 +20,8 @@ import pytest
 import pytest_asyncio
 from pydantic import BaseModel
 
-from gateway.chromium import find_chromium, launch_args
-from gateway.registry import ToolAnnotations, ToolContext
+from gateway.browser.chromium import find_chromium, launch_args
+from gateway.core.registry import ToolAnnotations, ToolContext
 from gateway.runtime import Gateway
 from gateway.serving import serving
 from tests.browser.conftest import browsers, sites, task_chromium

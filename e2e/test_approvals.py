@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 
 from e2e.conftest import E2E
-from gateway.identity import TaskIdentity
-from gateway.results import Door, ToolResult
-from gateway.tokens import Purpose
+from gateway.core.identity import TaskIdentity
+from gateway.core.results import Door, ToolResult
+from gateway.core.tokens import Purpose
 
 pytestmark = [pytest.mark.browser, pytest.mark.asyncio(loop_scope="session")]
 

@@ -33,10 +33,10 @@ from examples.synthetic_app.serve import ExampleStack, running_stack
 from examples.synthetic_app.store import who
 from examples.synthetic_app.workflow import mcp_door, open_assistant, run_workflow, sign_in
 from gateway.console import HostSignIn, Viewer, host_viewer
-from gateway.results import Door as GatewayDoor
+from gateway.core.results import Door as GatewayDoor
+from gateway.core.tokens import Purpose
 from gateway.serving import serving
 from gateway.testing import task_body, test_settings
-from gateway.tokens import Purpose
 
 pytestmark = [pytest.mark.browser, pytest.mark.asyncio(loop_scope="session")]
 

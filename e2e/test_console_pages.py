@@ -12,8 +12,8 @@ import pytest
 import pytest_asyncio
 
 from examples.synthetic_app.serve import ExampleStack, running_stack
+from gateway.core.tokens import Purpose
 from gateway.testing import task_body, test_settings
-from gateway.tokens import Purpose
 
 pytestmark = [pytest.mark.browser, pytest.mark.asyncio(loop_scope="session")]
 

@@ -23,10 +23,10 @@ import pytest_asyncio
 
 from examples.synthetic_app.serve import ExampleStack, running_stack
 from gateway.console.pages import video_link
-from gateway.identity import TaskIdentity
-from gateway.results import Door
+from gateway.core.identity import TaskIdentity
+from gateway.core.results import Door
+from gateway.core.tokens import Purpose
 from gateway.testing import task_body, test_settings
-from gateway.tokens import Purpose
 
 pytestmark = [pytest.mark.browser, pytest.mark.asyncio(loop_scope="session")]
 

@@ -28,9 +28,9 @@ from examples.synthetic_app.workflow import (
     sign_in,
     webmcp_door,
 )
-from gateway.results import Door as GatewayDoor
+from gateway.core.results import Door as GatewayDoor
+from gateway.core.tokens import Purpose
 from gateway.testing import test_settings
-from gateway.tokens import Purpose
 from mcp import Client
 from tests.clients.npm import ensure_installed, ts_agent
 

@@ -8,8 +8,8 @@ import asyncio
 
 import pytest
 
-from gateway.origins import is_allowed
-from gateway.results import ToolStatus
+from gateway.core.origins import is_allowed
+from gateway.core.results import ToolStatus
 from gateway.testing.agents import McpAgent
 from gateway.testing.evidence import Evidence
 from gateway.testing.pytest_plugin import GatewayHandle, TaskFactory

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from gateway.browser import BrowserProcesses
-from gateway.results import ToolStatus
+from gateway.core.results import ToolStatus
 from tests.browser.conftest import BrowserGateway, Sites, browser_gateway, snapshot_ref
 
 pytestmark = [pytest.mark.browser, pytest.mark.asyncio(loop_scope="session")]

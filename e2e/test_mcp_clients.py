@@ -15,8 +15,8 @@ import pytest_asyncio
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
+from gateway.core.png import png_size
 from gateway.mcp_door.images import MAX_PIXELS, MAX_SIDE
-from gateway.png import png_size
 from gateway.testing import LiveGateway, live_gateway, test_settings
 from mcp import Client
 from tests.browser.conftest import Sites

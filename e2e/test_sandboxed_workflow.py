@@ -27,12 +27,12 @@ from examples.synthetic_app.directory import USERS
 from examples.synthetic_app.serve import SOURCE, ExampleStack, provision_for, running_stack
 from examples.synthetic_app.store import AppStore, who
 from examples.synthetic_app.workflow import open_assistant, run_workflow, sign_in
+from gateway.core.tokens import Purpose
 from gateway.sandbox.incus import IncusSandbox
 from gateway.sandbox.local import LocalSandbox, sandbox_processes
 from gateway.sandbox.provider import SandboxHandle
 from gateway.sandbox.service import Sandboxes
 from gateway.testing import test_settings
-from gateway.tokens import Purpose
 from tests.browser.conftest import snapshot_ref
 from tests.sandbox.conftest import INCUS_DEPLOYMENT, incus_socket
 

@@ -9,13 +9,13 @@ from typing import Any
 import pytest
 
 from e2e.conftest import E2E
-from gateway.results import Door, ToolStatus
+from gateway.core.results import Door, ToolStatus
+from gateway.core.tokens import Purpose
 from gateway.tabs import OpenView, PopulateDraft, ShowRunProgress, TabOutcome
 from gateway.testing.agents import McpAgent
 from gateway.testing.dashboard import DashboardPage
 from gateway.testing.evidence import Evidence
 from gateway.testing.script import Step, run_script
-from gateway.tokens import Purpose
 
 pytestmark = [pytest.mark.browser]
 # The tests that hold an action open, race replies or forge frames in the channel core

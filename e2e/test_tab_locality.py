@@ -9,8 +9,8 @@ from urllib.parse import parse_qs, urlsplit
 import pytest
 
 from e2e.conftest import E2E
+from gateway.core.tokens import Purpose
 from gateway.tabs import ShowRunProgress
-from gateway.tokens import Purpose
 
 pytestmark = [pytest.mark.browser, pytest.mark.asyncio(loop_scope="session")]
 

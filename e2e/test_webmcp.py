@@ -13,13 +13,13 @@ import pytest
 from pydantic import BaseModel
 
 from e2e.conftest import E2E
-from gateway.chromium import find_chromium, launch_args
-from gateway.registry import Tool, ToolContext
+from gateway.browser.chromium import find_chromium, launch_args
+from gateway.core.registry import Tool, ToolContext
+from gateway.core.tokens import Purpose
 from gateway.testing.agents import McpAgent
 from gateway.testing.dashboard import DashboardPage
 from gateway.testing.evidence import Evidence
 from gateway.testing.script import Step, run_script
-from gateway.tokens import Purpose
 
 pytestmark = [pytest.mark.browser]
 # Tests that change the gateway's catalog or registration in process use `e2e`; the others

@@ -23,10 +23,10 @@ import pytest_asyncio
 from mcp.client.stdio import StdioServerParameters, stdio_client
 
 from examples.synthetic_app.serve import ExampleStack, running_stack
-from gateway.chromium import find_chromium
+from gateway.browser.chromium import find_chromium
+from gateway.core.tokens import Purpose
 from gateway.testing import test_settings
 from gateway.testing.waiting import until
-from gateway.tokens import Purpose
 from mcp import Client
 from tests.clients.npm import NODE_22, NODE_MODULES, ensure_installed
 

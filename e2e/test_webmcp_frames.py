@@ -15,7 +15,7 @@ from starlette.responses import HTMLResponse
 from starlette.routing import Route
 
 from e2e.conftest import E2E
-from gateway.registry import Tool, ToolContext
+from gateway.core.registry import Tool, ToolContext
 from gateway.serving import serving
 
 pytestmark = [pytest.mark.browser, pytest.mark.asyncio(loop_scope="session")]

@@ -6,10 +6,10 @@ authorized against a task identity captured on the server, runs through one pipe
 and leaves evidence under the task's owner.
 """
 
-from gateway.errors import GatewayError, ToolFailure
-from gateway.identity import Actor, Budget, Sandbox, TaskIdentity
-from gateway.registry import Registry, Tool, ToolAnnotations, ToolContext
-from gateway.results import Door, ErrorCode, ToolError, ToolResult, ToolStatus
+from gateway.core.errors import GatewayError, ToolFailure
+from gateway.core.identity import Actor, Budget, Sandbox, TaskIdentity
+from gateway.core.registry import Registry, Tool, ToolAnnotations, ToolContext
+from gateway.core.results import Door, ErrorCode, ToolError, ToolResult, ToolStatus
 
 __version__ = "0.1.0"
 

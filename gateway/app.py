@@ -13,7 +13,7 @@ from gateway.bridge import install as bridge
 from gateway.browser import install as browser
 from gateway.cluster.extension import install as cluster
 from gateway.console import install as console
-from gateway.errors import GatewayError
+from gateway.core.errors import GatewayError
 from gateway.http import health, tasks
 from gateway.http.edge import gateway_error_handler
 from gateway.http.hosts import HostGuard, HostPolicy

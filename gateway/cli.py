@@ -10,8 +10,8 @@ from collections.abc import Sequence
 
 from examples.synthetic_app.demo import add_command as add_demo_command
 from gateway.bridge.commands import add_commands as add_bridge_commands
+from gateway.core.tokens import new_key
 from gateway.settings import Settings
-from gateway.tokens import new_key
 
 
 def _serve(args: argparse.Namespace) -> int:
@@ -90,8 +90,8 @@ def _keys_new(_args: argparse.Namespace) -> int:
 
 
 def _db_upgrade(args: argparse.Namespace) -> int:
-    from gateway.private_files import private_dir
-    from gateway.store import migrate
+    from gateway.core.private_files import private_dir
+    from gateway.core.store import migrate
 
     settings = Settings()
     if settings.database_url is None:

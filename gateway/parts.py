@@ -4,7 +4,7 @@ A part's constructor takes its frozen config rather than the whole `Settings`, s
 can be built and tested without the environment; the environment variable names stay
 those of `Settings`. The configs of the adapters (the browser pool and its processes, the
 MCP door) are here, in the running gateway's layer, so that building them imports no
-adapter code; the store's is `gateway/store/config.py`, below, as the store is.
+adapter code; the store's is `gateway/core/store/config.py`, below, as the store is.
 """
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from gateway.core.store.config import StoreConfig
 from gateway.settings import Settings
-from gateway.store.config import StoreConfig
 
 
 @dataclass(frozen=True, slots=True)

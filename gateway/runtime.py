@@ -20,22 +20,22 @@ from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from typing import Any
 
-from gateway.approvals.broker import Approvals
-from gateway.approvals.prompt import PROMPT_TOOL
-from gateway.evidence_log import EventLog
-from gateway.identity import TaskIdentity
-from gateway.metrics import Metrics
+from gateway.core.approvals.broker import Approvals
+from gateway.core.approvals.prompt import PROMPT_TOOL
+from gateway.core.evidence import EventLog
+from gateway.core.identity import TaskIdentity
+from gateway.core.metrics import Metrics
+from gateway.core.pipeline import Pipeline
+from gateway.core.ports import CallRunner, Placement
+from gateway.core.redaction import Redactor
+from gateway.core.registry import Registry, Services
+from gateway.core.store.database import Store
+from gateway.core.store.objects import object_store
+from gateway.core.tasks.log import TaskLog
+from gateway.core.tasks.service import TaskService
+from gateway.core.tokens import Purpose, TokenService
 from gateway.parts import store_config
-from gateway.pipeline import Pipeline
-from gateway.ports import CallRunner, Placement
-from gateway.redaction import Redactor
-from gateway.registry import Registry, Services
 from gateway.settings import Settings
-from gateway.store.database import Store
-from gateway.store.objects import object_store
-from gateway.task_log import TaskLog
-from gateway.tasks import TaskService
-from gateway.tokens import Purpose, TokenService
 
 log = logging.getLogger(__name__)
 

@@ -14,9 +14,9 @@ from urllib.parse import urlsplit
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
-from gateway.origins import OriginError, normalize_origin
-from gateway.private_files import private_dir, write_private
-from gateway.sandbox_spec import (
+from gateway.core.origins import OriginError, normalize_origin
+from gateway.core.private_files import private_dir, write_private
+from gateway.core.sandbox_spec import (
     DEFAULT_BUDGETS,
     DEFAULT_MAX_LIMITS,
     Budgets,
@@ -193,7 +193,7 @@ class Settings(BaseSettings):
         if isinstance(value, str) and not value.strip():
             return None  # an empty variable means "not set": the data dir
         if info.field_name == "artifacts_url" and isinstance(value, str):
-            # The one shape gateway.store.objects can use: a bucket, and a prefix or none.
+            # The one shape gateway.core.store.objects can use: a bucket, and a prefix or none.
             parts = urlsplit(value)
             if parts.scheme != "s3" or not parts.netloc or parts.query or parts.fragment:
                 raise ValueError("artifacts_url must be s3://bucket or s3://bucket/prefix")

@@ -15,7 +15,7 @@ import pytest
 
 from gateway.settings import Settings
 from gateway.testing import LiveGateway, live_gateway, task_body, test_settings
-from gateway.testing.postgres import Cluster, PostgresUnavailable, throwaway_cluster
+from tests.servers.postgres import Cluster, PostgresUnavailable, throwaway_cluster
 
 __all__ = ["APP_ORIGIN", "Live", "LiveFactory", "task_body"]
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Sequence
 from datetime import UTC, datetime, timedelta
 
-from gateway.approval_policy import ApprovalPolicy
-from gateway.identity import Actor, Budget, Sandbox, TaskIdentity
+from gateway.core.approval_policy import ApprovalPolicy
+from gateway.core.identity import Actor, Budget, Sandbox, TaskIdentity
+from gateway.core.tasks.service import TaskCreate
 from gateway.runtime import Gateway
 from gateway.settings import Settings
-from gateway.tasks import TaskCreate
 
 
 def identity(

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from sqlalchemy import create_engine, text
 
-from gateway.store.migrate import sync_url
+from gateway.core.store.migrate import sync_url
 
 
 def reduce_to_first_release(url: str) -> None:

@@ -3,7 +3,7 @@ so the gateway's switches must carry Playwright's features along."""
 
 from __future__ import annotations
 
-from gateway.chromium import (
+from gateway.browser.chromium import (
     PLAYWRIGHT_DISABLED_FEATURES,
     PLAYWRIGHT_ENABLED_FEATURES,
     dropped_features,

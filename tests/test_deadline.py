@@ -9,9 +9,9 @@ from collections.abc import AsyncIterator
 import pytest
 from pydantic import BaseModel
 
-from gateway.approvals.broker import Decision
-from gateway.registry import Tool, ToolContext
-from gateway.results import Door
+from gateway.core.approvals.broker import Decision
+from gateway.core.registry import Tool, ToolContext
+from gateway.core.results import Door
 from gateway.runtime import Gateway
 from gateway.settings import Settings
 from tests.core_fixtures import identity, new_task, started

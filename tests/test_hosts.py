@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from gateway.errors import Forbidden
+from gateway.core.errors import Forbidden
 from gateway.http.hosts import HostPolicy, split_host
 from gateway.settings import Settings
 

@@ -7,8 +7,8 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 
-from gateway.registry import Tool, ToolContext
-from gateway.results import Door
+from gateway.core.registry import Tool, ToolContext
+from gateway.core.results import Door
 from gateway.runtime import Gateway
 from gateway.settings import Settings
 from tests.conftest import Live, LiveFactory, task_body
@@ -181,6 +181,6 @@ async def test_health_and_metrics(settings: Settings, live_factory: LiveFactory)
 
 
 def _agent() -> Any:
-    from gateway.tokens import Purpose
+    from gateway.core.tokens import Purpose
 
     return Purpose.AGENT

@@ -12,7 +12,7 @@ import pytest
 from gateway.app import default_extensions
 from gateway.browser import BrowserPool
 from gateway.browser.memory import process_tree
-from gateway.errors import StorageError
+from gateway.core.errors import StorageError
 from gateway.runtime import Gateway
 from gateway.settings import Settings
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gateway.origins import OriginError, is_allowed, normalize_origin, origin_of
+from gateway.core.origins import OriginError, is_allowed, normalize_origin, origin_of
 
 ALLOWED = frozenset({"http://127.0.0.1:8001", "https://app.example.test"})
 

@@ -8,7 +8,9 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from gateway.errors import StorageError
+from gateway.core.errors import StorageError
+from gateway.core.store.config import StoreConfig
+from gateway.core.store.database import Store, sqlite_url
 from gateway.parts import (
     BrowserPoolConfig,
     BrowserProcessesConfig,
@@ -19,8 +21,6 @@ from gateway.parts import (
     store_config,
 )
 from gateway.settings import Settings
-from gateway.store.config import StoreConfig
-from gateway.store.database import Store, sqlite_url
 
 
 @pytest.mark.parametrize(

@@ -9,10 +9,10 @@ from typing import Any
 import pytest
 from pydantic import BaseModel, Field
 
-from gateway.errors import ToolFailure
-from gateway.identity import Budget
-from gateway.registry import Tool, ToolContext
-from gateway.results import Door, ErrorCode, ToolStatus
+from gateway.core.errors import ToolFailure
+from gateway.core.identity import Budget
+from gateway.core.registry import Tool, ToolContext
+from gateway.core.results import Door, ErrorCode, ToolStatus
 from gateway.runtime import Gateway
 from gateway.settings import Settings
 from tests.core_fixtures import new_task, started

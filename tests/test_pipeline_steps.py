@@ -7,12 +7,12 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 
-from gateway.errors import ToolFailure
-from gateway.identity import Budget
-from gateway.pipeline import MAX_INPUT_BYTES, bound_output, steps
-from gateway.pipeline.record import TaskUsage
-from gateway.registry import Tool, ToolContext
-from gateway.results import ErrorCode, ToolStatus
+from gateway.core.errors import ToolFailure
+from gateway.core.identity import Budget
+from gateway.core.pipeline import MAX_INPUT_BYTES, bound_output, steps
+from gateway.core.pipeline.record import TaskUsage
+from gateway.core.registry import Tool, ToolContext
+from gateway.core.results import ErrorCode, ToolStatus
 from tests.core_fixtures import identity
 
 

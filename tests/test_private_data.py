@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from gateway import workspace
-from gateway.results import Door
+from gateway.core.results import Door
 from gateway.runtime import Gateway
 from gateway.settings import Settings
 from tests.core_fixtures import new_task, started

@@ -10,8 +10,8 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from gateway.redaction import _CHECKS, _FOLD, Redactor
-from gateway.tokens import Purpose, TokenService
+from gateway.core.redaction import _CHECKS, _FOLD, Redactor
+from gateway.core.tokens import Purpose, TokenService
 
 KNOWN_SECRET = "s3cr3t-value-9f8e7d6c5b4a"
 redactor = Redactor([KNOWN_SECRET], include_env=False)

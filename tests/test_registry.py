@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from pydantic import BaseModel
 
-from gateway.identity import TaskIdentity
-from gateway.registry import Registry, Tool, ToolAnnotations, ToolContext
+from gateway.core.identity import TaskIdentity
+from gateway.core.registry import Registry, Tool, ToolAnnotations, ToolContext
 from tests.core_fixtures import identity
 
 

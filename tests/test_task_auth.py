@@ -6,10 +6,10 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from gateway.errors import AuthError, TokenExpired, TokenRevoked
+from gateway.core.errors import AuthError, TokenExpired, TokenRevoked
+from gateway.core.tokens import Purpose
 from gateway.runtime import Gateway
 from gateway.settings import Settings
-from gateway.tokens import Purpose
 from tests.conftest import LiveFactory
 from tests.core_fixtures import new_task, started
 

@@ -8,9 +8,9 @@ from collections.abc import AsyncIterator
 
 import pytest
 
+from gateway.core.tasks.service import TASK_ID_PATTERN
 from gateway.runtime import Gateway
 from gateway.settings import Settings
-from gateway.tasks import TASK_ID_PATTERN
 from tests.core_fixtures import new_task, started
 
 

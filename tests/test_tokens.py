@@ -8,8 +8,8 @@ import json
 
 import pytest
 
-from gateway.errors import AuthError, TokenExpired
-from gateway.tokens import Purpose, TokenService
+from gateway.core.errors import AuthError, TokenExpired
+from gateway.core.tokens import Purpose, TokenService
 
 KEYS = ["newest-key-0123456789abcdef", "older-key-0123456789abcdef"]
 

@@ -43,7 +43,7 @@ from bench.realapps.agent import (
     result_text,
 )
 from bench.realapps.tasks import Db, Task
-from gateway.chromium import find_chromium
+from gateway.browser.chromium import find_chromium
 from gateway.serving import free_port
 from gateway.testing import live_gateway, test_settings
 from mcp import Client

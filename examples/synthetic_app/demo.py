@@ -46,7 +46,7 @@ def add_command(sub: Any) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    from gateway.chromium import BrowserNotFound
+    from gateway.browser.chromium import BrowserNotFound
 
     try:
         shared = bool(getattr(args, "shared_sandbox", False))
@@ -73,7 +73,7 @@ async def run(
         table,
         webmcp_door,
     )
-    from gateway.chromium import find_chromium, launch_args
+    from gateway.browser.chromium import find_chromium, launch_args
     from gateway.settings import Settings
 
     settings = Settings(data_dir=data_dir, example=True)

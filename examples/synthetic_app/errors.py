@@ -7,8 +7,8 @@ with the same status code and body as the gateway's.
 
 from __future__ import annotations
 
-from gateway.errors import Forbidden, GatewayError, InvalidInput, NotFound
-from gateway.results import ErrorCode, ToolStatus
+from gateway.core.errors import Forbidden, GatewayError, InvalidInput, NotFound
+from gateway.core.results import ErrorCode, ToolStatus
 
 __all__ = ["Conflict", "Forbidden", "InvalidInput", "NotFound"]
 

@@ -31,9 +31,9 @@ from examples.synthetic_app.directory import DEMO_ADMIN, USERS
 from examples.synthetic_app.tools import install_product_tools
 from examples.synthetic_app.web import AppConfig, SyntheticApp
 from gateway.app import Extension, build_app, default_extensions
+from gateway.core.sandbox_spec import Repository
 from gateway.runtime import Gateway
 from gateway.sandbox.local import host_unready
-from gateway.sandbox_spec import Repository
 from gateway.serving import SERVER_OPTIONS, free_port, serving
 from gateway.settings import Settings
 

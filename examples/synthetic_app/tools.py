@@ -28,9 +28,9 @@ from examples.synthetic_app.models import DraftFields, Id, RunRequest
 from examples.synthetic_app.store import Who, who
 from examples.synthetic_app.views import VIEWS
 from examples.synthetic_app.web import SyntheticApp
-from gateway.errors import GatewayError, ToolFailure
-from gateway.registry import Tool, ToolAnnotations, ToolContext
-from gateway.results import ErrorCode, ToolStatus
+from gateway.core.errors import GatewayError, ToolFailure
+from gateway.core.registry import Tool, ToolAnnotations, ToolContext
+from gateway.core.results import ErrorCode, ToolStatus
 from gateway.runtime import Gateway
 from gateway.tabs import TabHub, TabOutcome, Views
 

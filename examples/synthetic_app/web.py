@@ -33,7 +33,7 @@ from examples.synthetic_app.models import DraftFields, RunBudget, RunRequest
 from examples.synthetic_app.runs import RunEngine
 from examples.synthetic_app.session import Sessions, SignedIn, same_origin
 from examples.synthetic_app.store import AppStore, Who, who
-from gateway.errors import AuthError, GatewayError
+from gateway.core.errors import AuthError, GatewayError
 
 STATIC = Path(__file__).parent / "static"
 TAB_KEY = re.compile(r"^[A-Za-z0-9_-]{1,64}$")

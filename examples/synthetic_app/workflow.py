@@ -20,8 +20,8 @@ from typing import Any
 from examples.synthetic_app.control import SAVE_TOOL
 from examples.synthetic_app.serve import ExampleStack
 from examples.synthetic_app.store import Who, who
-from gateway.registry import exposed_name
-from gateway.tokens import Purpose
+from gateway.core.registry import exposed_name
+from gateway.core.tokens import Purpose
 
 CallFn = Callable[[str, dict[str, Any]], Awaitable[dict[str, Any]]]
 

@@ -17,9 +17,9 @@ from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
 from gateway.bridge.delegation_envelopes import HostDelegationRequest
-from gateway.identity import TaskIdentity
-from gateway.ports import CallRunner
-from gateway.results import Door, ToolResult
+from gateway.core.identity import TaskIdentity
+from gateway.core.ports import CallRunner
+from gateway.core.results import Door, ToolResult
 
 MAX_STEPS = 32
 

@@ -30,8 +30,8 @@ from gateway.bridge.delegation_envelopes import (
 from gateway.bridge.metrics import BridgeMetrics
 from gateway.bridge.schemas import DELEGATION_REQUEST_SCHEMA, DELEGATION_RESULT_SCHEMA
 from gateway.bridge.validation import EnvelopeInvalid, parse_envelope
-from gateway.identity import TaskIdentity
-from gateway.ports import CallRunner, EventRecorder
+from gateway.core.identity import TaskIdentity
+from gateway.core.ports import CallRunner, EventRecorder
 
 log = logging.getLogger(__name__)
 

@@ -25,7 +25,7 @@ from gateway.bridge.schemas import (
     TOKEN_ENV,
     TRANSCRIPT_KIND,
 )
-from gateway.results import ToolStatus
+from gateway.core.results import ToolStatus
 
 RequestId = Annotated[
     str, StringConstraints(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9_.:-]+$")

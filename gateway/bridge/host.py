@@ -31,13 +31,13 @@ from gateway.bridge.envelopes import (
 from gateway.bridge.metrics import BridgeMetrics
 from gateway.bridge.schemas import REQUEST_SCHEMA
 from gateway.bridge.validation import EnvelopeInvalid, parse_envelope
-from gateway.errors import GatewayError, ToolFailure
-from gateway.identity import TaskIdentity
-from gateway.ports import CallRunner, EventRecorder
-from gateway.redaction import Redactor
-from gateway.registry import Registry
-from gateway.results import Door, ErrorCode, ToolResult, ToolStatus
-from gateway.store.database import Store
+from gateway.core.errors import GatewayError, ToolFailure
+from gateway.core.identity import TaskIdentity
+from gateway.core.ports import CallRunner, EventRecorder
+from gateway.core.redaction import Redactor
+from gateway.core.registry import Registry
+from gateway.core.results import Door, ErrorCode, ToolResult, ToolStatus
+from gateway.core.store.database import Store
 
 log = logging.getLogger(__name__)
 

@@ -35,8 +35,8 @@ from gateway.bridge.schemas import (
     RESULT_SCHEMA_ENV,
     TOKEN_ENV,
 )
-from gateway.identity import TaskIdentity
-from gateway.registry import Registry
+from gateway.core.identity import TaskIdentity
+from gateway.core.registry import Registry
 
 DEFAULT_TIMEOUT_MS = 30_000
 # Room for the transport and the transcript on top of the slowest tool's own deadline.

@@ -24,9 +24,9 @@ from gateway.bridge.delegation_envelopes import delegation_failure
 from gateway.bridge.envelopes import failure
 from gateway.bridge.host import ParentToolHost, retry_after
 from gateway.bridge.schemas import DELEGATIONS_PATH, PARENT_TOOLS_PATH
-from gateway.errors import AuthError, GatewayError
+from gateway.core.errors import AuthError, GatewayError
+from gateway.core.tokens import Purpose
 from gateway.http.edge import Access, bearer, read_json
-from gateway.tokens import Purpose
 
 
 def _reply(status: int, body: dict[str, Any], retry_after_s: int | None = None) -> Response:

@@ -17,9 +17,9 @@ from typing import Any
 
 from gateway.bridge.envelopes import TranscriptRef
 from gateway.bridge.schemas import TRANSCRIPT_KIND
-from gateway.identity import TaskIdentity
-from gateway.redaction import REDACTED, Redactor
-from gateway.store.database import Store
+from gateway.core.identity import TaskIdentity
+from gateway.core.redaction import REDACTED, Redactor
+from gateway.core.store.database import Store
 
 TRANSCRIPT_SCHEMA = "gateway/parent-tool-transcript/v1"
 

@@ -20,8 +20,8 @@ from playwright.async_api import Error as PlaywrightError
 from playwright.async_api import Locator, Page
 from pydantic import BaseModel, ConfigDict, Field
 
-from gateway.errors import ToolFailure
-from gateway.registry import Handler, ToolContext
+from gateway.core.errors import ToolFailure
+from gateway.core.registry import Handler, ToolContext
 from gateway.settings import Settings
 
 from .errors import first_line

@@ -4,7 +4,7 @@ wait their turn, and a call that would not get its turn in time is told so at on
 A Chromium process shares a few cores between every page it renders: past a few actions at
 once each one only gets slower, and a queue without a bound turned actions of a tenth of a
 second into replies after a minute (a stress run: MCP calls at 2.1 s p50, 57 s p99). So
-each process of the pool has one `Admission` (the rules are `gateway/admission.py`'s,
+each process of the pool has one `Admission` (the rules are `gateway/core/admission.py`'s,
 shared with the tab channel; the numbers below are the browser's):
 
 - at most `slots` actions (a tool's `BrowserSession.run`, a screenshot) hold it at once;
@@ -37,8 +37,8 @@ from collections import deque
 from collections.abc import Callable
 from typing import Protocol
 
-from gateway import admission
-from gateway.admission import RECENT_WEIGHT
+from gateway.core import admission
+from gateway.core.admission import RECENT_WEIGHT
 
 # Calls that may wait per slot, unless told (`browser_waiting_per_slot`); None: as many as
 # the deadline rule lets wait. A bound trades served calls for a shorter admitted tail

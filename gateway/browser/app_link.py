@@ -14,8 +14,8 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Protocol
 
-from gateway.errors import ToolFailure
-from gateway.identity import TaskIdentity
+from gateway.core.errors import ToolFailure
+from gateway.core.identity import TaskIdentity
 
 Opener = Callable[[], Awaitable[tuple[asyncio.StreamReader, asyncio.StreamWriter]]]
 

@@ -20,9 +20,9 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from playwright.async_api import Error as PlaywrightError
 from playwright.async_api import Page
 
-from gateway.errors import ToolFailure
-from gateway.registry import ToolContext
-from gateway.results import ErrorCode
+from gateway.core.errors import ToolFailure
+from gateway.core.registry import ToolContext
+from gateway.core.results import ErrorCode
 
 from . import dialogs
 from .admission import ActionSlots

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from playwright.async_api import Download
 from playwright.async_api import Error as PlaywrightError
 
-from gateway.errors import ToolFailure
+from gateway.core.errors import ToolFailure
 
 from .errors import first_line
 from .policy import page_url_allowed

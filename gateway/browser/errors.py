@@ -13,8 +13,8 @@ from __future__ import annotations
 from playwright.async_api import Error as PlaywrightError
 from playwright.async_api import TimeoutError as PlaywrightTimeout
 
-from gateway.errors import ToolFailure
-from gateway.results import ErrorCode, ToolStatus
+from gateway.core.errors import ToolFailure
+from gateway.core.results import ErrorCode, ToolStatus
 
 MESSAGE_CHARS = 300
 

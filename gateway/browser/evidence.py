@@ -19,9 +19,9 @@ from typing import Any
 
 from playwright.async_api import BrowserContext, Page
 
-from gateway.identity import TaskIdentity
-from gateway.store.artifacts import ArtifactRef
-from gateway.task_log import Level
+from gateway.core.identity import TaskIdentity
+from gateway.core.store.artifacts import ArtifactRef
+from gateway.core.tasks.log import Level
 
 from . import trace_scrub
 from .snapshot import PRIVATE_FIELD_VALUES

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from starlette.routing import BaseRoute
 
-from gateway.identity import TaskIdentity
+from gateway.core.identity import TaskIdentity
+from gateway.core.storage_state import StorageStates
+from gateway.core.store.artifacts import ArtifactRef
 from gateway.parts import browser_pool_config, browser_processes_config
 from gateway.runtime import Gateway
-from gateway.storage_state import StorageStates
-from gateway.store.artifacts import ArtifactRef
 
 from . import tools
 from .app_link import AppLink

@@ -16,9 +16,9 @@ from playwright.async_api import Locator, Page
 from playwright.async_api import TimeoutError as PlaywrightTimeout
 from pydantic import BaseModel, ConfigDict, Field
 
-from gateway.errors import ToolFailure
-from gateway.registry import ToolContext
-from gateway.results import ErrorCode, ToolStatus
+from gateway.core.errors import ToolFailure
+from gateway.core.registry import ToolContext
+from gateway.core.results import ErrorCode, ToolStatus
 
 from .acting import (
     ACTION_TIMEOUT_MS,

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from playwright.async_api import Error as PlaywrightError
 from playwright.async_api import Frame, Page, Request
 
-from gateway.origins import OriginError, origin_of
+from gateway.core.origins import OriginError, origin_of
 
 from .snapshot import empty_frames
 

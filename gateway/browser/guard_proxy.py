@@ -32,7 +32,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
-from gateway.origins import OriginError, origin_of
+from gateway.core.origins import OriginError, origin_of
 
 from .app_link import Opener
 from .jail import GUARD_PORT, BrowserJail

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 from playwright.async_api import ConsoleMessage
 from playwright.async_api import Error as PlaywrightError
 
-from gateway.task_log import Level
+from gateway.core.tasks.log import Level
 
 if TYPE_CHECKING:
     from .session import BrowserSession

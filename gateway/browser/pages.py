@@ -8,9 +8,9 @@ from typing import Any
 from playwright.async_api import Page
 from pydantic import Field, model_validator
 
-from gateway.errors import ToolFailure
-from gateway.registry import ToolContext
-from gateway.results import ErrorCode, ToolStatus
+from gateway.core.errors import ToolFailure
+from gateway.core.registry import ToolContext
+from gateway.core.results import ErrorCode, ToolStatus
 
 from .acting import (
     NAVIGATION_TIMEOUT_MS,

@@ -8,7 +8,7 @@ from typing import Any
 from playwright.async_api import Page
 from pydantic import Field
 
-from gateway.registry import ToolContext
+from gateway.core.registry import ToolContext
 
 from .acting import ACTION_TIMEOUT_MS, Action, element_act, locator, session_of
 from .snapshot import REF_PATTERN

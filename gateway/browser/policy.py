@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from urllib.parse import urljoin, urlsplit
 
-from gateway.errors import ToolFailure
-from gateway.identity import Sandbox
-from gateway.origins import OriginError, origin_of
-from gateway.results import ErrorCode, ToolStatus
+from gateway.core.errors import ToolFailure
+from gateway.core.identity import Sandbox
+from gateway.core.origins import OriginError, origin_of
+from gateway.core.results import ErrorCode, ToolStatus
 
 BLANK = "about:blank"
 # Where Chromium itself calls home (updates, autofill, safe browsing, field trials). A

@@ -22,12 +22,12 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
-from gateway.errors import ToolFailure
-from gateway.identity import TaskIdentity
+from gateway.core.errors import ToolFailure
+from gateway.core.identity import TaskIdentity
+from gateway.core.ports import Placement
+from gateway.core.results import ErrorCode, ToolStatus
+from gateway.core.storage_state import StorageState
 from gateway.parts import BrowserPoolConfig
-from gateway.ports import Placement
-from gateway.results import ErrorCode, ToolStatus
-from gateway.storage_state import StorageState
 
 from .admission import Admission, PageAdmission
 from .app_link import AppLink

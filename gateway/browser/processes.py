@@ -31,8 +31,8 @@ from urllib.parse import urlsplit
 from playwright.async_api import Browser, Playwright, async_playwright
 from playwright.async_api import Error as PlaywrightError
 
-from gateway.chromium import dropped_features, find_chromium, launch_args
-from gateway.errors import ToolFailure
+from gateway.browser.chromium import dropped_features, find_chromium, launch_args
+from gateway.core.errors import ToolFailure
 from gateway.parts import BrowserProcessesConfig
 
 from .errors import browser_unavailable

@@ -39,11 +39,11 @@ from typing import Any, TypeVar
 from playwright.async_api import BrowserContext, Download, Locator, Page, Request
 from playwright.async_api import Error as PlaywrightError
 
-from gateway.errors import ToolFailure
-from gateway.identity import TaskIdentity
-from gateway.registry import ToolContext
-from gateway.storage_state import StorageState
-from gateway.store.artifacts import ArtifactRef
+from gateway.core.errors import ToolFailure
+from gateway.core.identity import TaskIdentity
+from gateway.core.registry import ToolContext
+from gateway.core.storage_state import StorageState
+from gateway.core.store.artifacts import ArtifactRef
 
 from . import calls, dialogs, downloads, page_guard, page_log, reading, windows
 from .admission import ActionSlots, Admission

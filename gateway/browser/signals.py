@@ -19,7 +19,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 from playwright.async_api import ConsoleMessage, Response
 
-from gateway.redaction import Redactor
+from gateway.core.redaction import Redactor
 
 MAX_ENTRIES = 500
 TEXT_CHARS = 1000

@@ -23,8 +23,8 @@ import json
 import re
 from dataclasses import dataclass
 
-from gateway.errors import ToolFailure
-from gateway.results import ErrorCode, ToolStatus
+from gateway.core.errors import ToolFailure
+from gateway.core.results import ErrorCode, ToolStatus
 
 _PLAYWRIGHT_REF = re.compile(r"\[ref=([a-z0-9]{1,32})\]")
 # A text box's line with its value: `- textbox "Password" [active] [ref=e3]: hunter2`.

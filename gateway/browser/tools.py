@@ -14,8 +14,8 @@ from typing import Any
 from playwright.async_api import Page
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from gateway.png import png_size
-from gateway.registry import Handler, Registry, Tool, ToolAnnotations, ToolContext
+from gateway.core.png import png_size
+from gateway.core.registry import Handler, Registry, Tool, ToolAnnotations, ToolContext
 from gateway.settings import Settings
 
 from . import forms, pages, pointer

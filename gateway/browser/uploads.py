@@ -19,15 +19,15 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from gateway.errors import NotFound, ToolFailure
-from gateway.identity import TaskIdentity
-from gateway.registry import ToolContext
-from gateway.results import ErrorCode, ToolStatus
-from gateway.store.artifacts import ArtifactRef
+from gateway.core.errors import NotFound, ToolFailure
+from gateway.core.identity import TaskIdentity
+from gateway.core.registry import ToolContext
+from gateway.core.results import ErrorCode, ToolStatus
+from gateway.core.store.artifacts import ArtifactRef
 from gateway.workspace.paths import Workspace, split_path
 from gateway.workspace.tools import Workspaces
 
-# What the store names an artifact (`gateway.store.database.new_id("art")`).
+# What the store names an artifact (`gateway.core.store.database.new_id("art")`).
 ARTIFACT_ID_PATTERN = r"^art_[0-9a-f]{20}$"
 
 

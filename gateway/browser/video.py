@@ -20,9 +20,9 @@ from typing import Any
 from playwright.async_api import Error as PlaywrightError
 from playwright.async_api import Page, Video
 
-from gateway.errors import GatewayError
-from gateway.identity import TaskIdentity
-from gateway.store.artifacts import ArtifactRef
+from gateway.core.errors import GatewayError
+from gateway.core.identity import TaskIdentity
+from gateway.core.store.artifacts import ArtifactRef
 
 from .errors import first_line
 

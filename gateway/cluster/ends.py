@@ -13,8 +13,8 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from gateway.errors import GatewayError
-from gateway.tasks import TaskService
+from gateway.core.errors import GatewayError
+from gateway.core.tasks.service import TaskService
 
 from .ledger import Ledger
 from .owners import Owners

@@ -8,10 +8,10 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from gateway.errors import ToolFailure
-from gateway.identity import TaskIdentity
-from gateway.ports import Fenced
-from gateway.results import ErrorCode, ToolStatus
+from gateway.core.errors import ToolFailure
+from gateway.core.identity import TaskIdentity
+from gateway.core.ports import Fenced
+from gateway.core.results import ErrorCode, ToolStatus
 
 from .ledger import Ledger
 from .owners import Owners

@@ -21,8 +21,8 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncConnection, create_async_engine
 from sqlalchemy.sql.elements import ColumnElement
 
-from gateway.errors import StorageError
-from gateway.store import schema
+from gateway.core.errors import StorageError
+from gateway.core.store import schema
 
 _NOW = cast(func.extract("epoch", func.clock_timestamp()), Float)
 

@@ -23,13 +23,13 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
-from gateway.errors import GatewayError
-from gateway.identity import TaskIdentity
-from gateway.ids import new_id
-from gateway.pipeline import Pipeline
-from gateway.ports import Errand, ReleaseListener
-from gateway.results import Door, ErrorCode, ToolResult
-from gateway.tasks import TaskService
+from gateway.core.errors import GatewayError
+from gateway.core.identity import TaskIdentity
+from gateway.core.ids import new_id
+from gateway.core.pipeline import Pipeline
+from gateway.core.ports import Errand, ReleaseListener
+from gateway.core.results import Door, ErrorCode, ToolResult
+from gateway.core.tasks.service import TaskService
 
 from .bus import Bus, BusError
 from .ends import Ends

@@ -12,17 +12,17 @@ import asyncio
 import contextlib
 from typing import Any, Protocol
 
-from gateway.errors import GatewayError
-from gateway.identity import TaskIdentity
-from gateway.ids import new_id
-from gateway.pipeline.keys import KeyLocks
-from gateway.ports import Elicit
-from gateway.registry import ProgressFn, Tool
-from gateway.results import Door, ToolResult
+from gateway.core.errors import GatewayError
+from gateway.core.identity import TaskIdentity
+from gateway.core.ids import new_id
+from gateway.core.pipeline.keys import KeyLocks
+from gateway.core.ports import Elicit
+from gateway.core.registry import ProgressFn, Tool
+from gateway.core.results import Door, ToolResult
 
 
 class LocalPipeline(Protocol):
-    """What routing needs of this node's pipeline (`gateway.pipeline.Pipeline`)."""
+    """What routing needs of this node's pipeline (`gateway.core.pipeline.Pipeline`)."""
 
     async def call(
         self,

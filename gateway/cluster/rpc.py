@@ -20,9 +20,9 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from gateway.errors import GatewayError, InDoubt
-from gateway.identity import TaskIdentity
-from gateway.results import ErrorCode, ToolStatus
+from gateway.core.errors import GatewayError, InDoubt
+from gateway.core.identity import TaskIdentity
+from gateway.core.results import ErrorCode, ToolStatus
 
 from .bus import Bus, BusError, BusTimeout, NoResponder
 from .envelope import Envelopes

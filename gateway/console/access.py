@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from itsdangerous import BadSignature, URLSafeTimedSerializer
 from starlette.requests import Request
 
-from gateway.errors import AuthError, Forbidden
+from gateway.core.errors import AuthError, Forbidden
 from gateway.http.edge import credential
 
 COOKIE = "gateway_console"

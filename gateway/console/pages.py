@@ -18,7 +18,7 @@ from typing import Any
 from urllib.parse import quote, urlencode
 
 from gateway.console.timeline import Entry
-from gateway.results import Door
+from gateway.core.results import Door
 
 STATIC = Path(__file__).resolve().parent / "static"
 BASE = "/console"

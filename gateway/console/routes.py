@@ -24,11 +24,11 @@ from starlette.responses import (
 )
 from starlette.routing import BaseRoute, Route
 
-from gateway.approvals.broker import Decision
 from gateway.browser.video import MEDIA_TYPE as VIDEO_MEDIA_TYPE
 from gateway.console import byte_range, export, pages, timeline, trace_viewer
 from gateway.console.access import COOKIE, SESSION_MAX_AGE_S, ConsoleAccess, HostSignIn, Viewer
-from gateway.errors import (
+from gateway.core.approvals.broker import Decision
+from gateway.core.errors import (
     AuthError,
     Forbidden,
     GatewayError,
@@ -36,11 +36,11 @@ from gateway.errors import (
     NotFound,
     PayloadTooLarge,
 )
+from gateway.core.store.artifacts import ArtifactRef
+from gateway.core.store.tasks import TaskRecord
 from gateway.http.approvals import DECIDE
 from gateway.http.edge import error_response, parse_body, query_int, read_json
 from gateway.runtime import Gateway
-from gateway.store.artifacts import ArtifactRef
-from gateway.store.tasks import TaskRecord
 
 # A page of a task's timeline shows this many records; older and newer pages the rest.
 PAGE_RECORDS = 5000

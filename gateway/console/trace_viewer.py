@@ -16,7 +16,7 @@ from pathlib import Path
 
 from starlette.responses import FileResponse, Response
 
-from gateway.errors import NotFound
+from gateway.core.errors import NotFound
 
 # Where the files are inside the playwright package, newest layout first.
 _LAYOUTS = (

@@ -15,12 +15,12 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
-from gateway.approvals.broker import Decision
-from gateway.errors import AuthError, Forbidden, InvalidInput
+from gateway.core.approvals.broker import Decision
+from gateway.core.errors import AuthError, Forbidden, InvalidInput
+from gateway.core.identity import Name, TaskIdentity
+from gateway.core.tokens import Purpose
 from gateway.http.edge import Access, credential, parse_body, read_json
-from gateway.identity import Name, TaskIdentity
 from gateway.runtime import Gateway
-from gateway.tokens import Purpose
 
 # The errand a node sends the task's owner with a control-plane decision.
 DECIDE = "approval.decide"

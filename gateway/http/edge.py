@@ -13,10 +13,10 @@ from pydantic import BaseModel, ValidationError
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 
-from gateway.errors import AuthError, GatewayError, InvalidInput, NotFound, PayloadTooLarge
-from gateway.identity import TaskIdentity
-from gateway.ports import TaskLookup
-from gateway.tokens import Purpose
+from gateway.core.errors import AuthError, GatewayError, InvalidInput, NotFound, PayloadTooLarge
+from gateway.core.identity import TaskIdentity
+from gateway.core.ports import TaskLookup
+from gateway.core.tokens import Purpose
 
 _SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
 

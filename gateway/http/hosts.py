@@ -23,9 +23,9 @@ from urllib.parse import urlsplit
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from gateway.errors import Forbidden
+from gateway.core.errors import Forbidden
+from gateway.core.origins import OriginError, normalize_origin, origin_allowed
 from gateway.http.edge import error_response
-from gateway.origins import OriginError, normalize_origin, origin_allowed
 from gateway.settings import Settings
 
 LOOPBACK_NAMES = ("127.0.0.1", "localhost", "[::1]")

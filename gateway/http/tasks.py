@@ -10,11 +10,11 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import BaseRoute, Route
 
 from gateway.browser.video import MEDIA_TYPE as VIDEO_MEDIA_TYPE
-from gateway.errors import NotFound
+from gateway.core.errors import NotFound
+from gateway.core.tasks.service import TaskCreate
 from gateway.http import approvals
 from gateway.http.edge import Access, bearer, parse_body, query_int, read_json
 from gateway.runtime import Gateway
-from gateway.tasks import TaskCreate
 
 # Evidence sequence numbers fit SQLite's and PostgreSQL's 64-bit integers.
 MAX_SEQ = 2**63 - 1

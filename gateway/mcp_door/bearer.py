@@ -22,16 +22,16 @@ from starlette.datastructures import Headers
 from starlette.requests import Request
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from gateway.errors import AuthError, GatewayError
+from gateway.core.errors import AuthError, GatewayError
+from gateway.core.identity import TaskIdentity
+from gateway.core.ports import TaskLookup
+from gateway.core.tokens import Purpose
 from gateway.http.edge import credential, error_response
 from gateway.http.hosts import HostPolicy
-from gateway.identity import TaskIdentity
 from gateway.mcp_door.dispatch import is_modern
 from gateway.mcp_door.sessions import SESSION_HEADER, TaskSessions, TooManySessions
-from gateway.ports import TaskLookup
-from gateway.tokens import Purpose
 
-IDENTITY_KEY = "gateway.identity"
+IDENTITY_KEY = "gateway.core.identity"
 ISSUER = "gateway"
 
 

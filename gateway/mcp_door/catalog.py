@@ -22,8 +22,8 @@ from typing import Any
 
 import mcp_types as types
 
-from gateway.identity import TaskIdentity
-from gateway.registry import Registry
+from gateway.core.identity import TaskIdentity
+from gateway.core.registry import Registry
 
 TASK_SUPPORT = types.ToolExecution(task_support="optional")
 

@@ -20,7 +20,7 @@ import anyio
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from gateway.errors import PayloadTooLarge
+from gateway.core.errors import PayloadTooLarge
 from gateway.http.edge import error_response
 
 PROTOCOL_HEADER = b"mcp-protocol-version"

@@ -1,7 +1,7 @@
 """Asking the person at the agent's client, by MCP elicitation, only what it may answer.
 
 Whatever the agent's client runs answers a form, so a form is put only where a form may
-decide (`gateway.approvals.channels`): one call inside the task's grant, approved once or
+decide (`gateway.core.approvals.channels`): one call inside the task's grant, approved once or
 refused. For anything beyond that, a client that declared URL mode is given a link (`link_for`):
 to the task's dashboard where the tab may answer (the tab shows the request and a person
 answers it with real input events), else to the gateway's own approval page, where the
@@ -22,14 +22,14 @@ from typing import Any
 
 from mcp.server.context import ServerRequestContext
 
-from gateway.approvals.channels import (
+from gateway.core.approvals.channels import (
     ApprovalPage,
     console_may_answer,
     form_may_answer,
     tab_may_answer,
 )
+from gateway.core.ports import Elicit
 from gateway.mcp_door.bearer import identity_of
-from gateway.ports import Elicit
 
 APPROVE_ONCE = "approve once"
 DENY = "deny"

@@ -21,10 +21,10 @@ from mcp.server.streamable_http_manager import StreamableHTTPASGIApp, Streamable
 from mcp.server.transport_security import TransportSecuritySettings
 from starlette.routing import BaseRoute, Route
 
-from gateway.approvals.channels import ApprovalPage
-from gateway.errors import GatewayError
+from gateway.core.approvals.channels import ApprovalPage
+from gateway.core.errors import GatewayError
+from gateway.core.identity import TaskIdentity
 from gateway.http.hosts import HostPolicy
-from gateway.identity import TaskIdentity
 from gateway.mcp_door.bearer import BearerFront
 from gateway.mcp_door.call_tasks import CallTasks
 from gateway.mcp_door.catalog import McpCatalog

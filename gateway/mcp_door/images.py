@@ -18,9 +18,9 @@ from typing import Any
 import mcp_types as types
 from PIL import Image
 
-from gateway.identity import TaskIdentity
-from gateway.png import png_size
-from gateway.results import ToolResult
+from gateway.core.identity import TaskIdentity
+from gateway.core.png import png_size
+from gateway.core.results import ToolResult
 
 MAX_SIDE = 1568
 MAX_PIXELS = 1_150_000

@@ -34,9 +34,9 @@ from typing import Any
 
 import mcp_types as types
 
-from gateway.approvals.channels import ApprovalPage, form_may_answer
+from gateway.core.approvals.channels import ApprovalPage, form_may_answer
+from gateway.core.results import ToolResult
 from gateway.mcp_door.elicitation import FORM, choice_of, link_for, message_of
-from gateway.results import ToolResult
 
 INPUT_KEY = "approval"
 # How long a finished parked call's result waits for its client's retry.

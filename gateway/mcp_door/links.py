@@ -14,8 +14,8 @@ from typing import Any
 
 import mcp_types as types
 
+from gateway.core.results import ToolResult
 from gateway.mcp_door.resources import URI_PREFIX
-from gateway.results import ToolResult
 
 MAX_LINKS = 16
 MAX_DEPTH = 4

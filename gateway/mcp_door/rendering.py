@@ -23,8 +23,8 @@ from typing import Any
 
 import mcp_types as types
 
+from gateway.core.results import ToolResult
 from gateway.mcp_door.links import resource_links
-from gateway.results import ToolResult
 
 
 def _compact(value: Any) -> str:

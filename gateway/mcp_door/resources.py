@@ -12,10 +12,10 @@ import base64
 
 import mcp_types as types
 
-from gateway.errors import GatewayError, NotFound
-from gateway.identity import TaskIdentity
-from gateway.store.artifacts import ArtifactRef
-from gateway.store.database import Store
+from gateway.core.errors import GatewayError, NotFound
+from gateway.core.identity import TaskIdentity
+from gateway.core.store.artifacts import ArtifactRef
+from gateway.core.store.database import Store
 
 URI_PREFIX = "gateway://artifacts/"
 PAGE = 100

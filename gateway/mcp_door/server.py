@@ -30,9 +30,13 @@ from mcp.server.lowlevel import Server
 from mcp.shared.exceptions import MCPDeprecationWarning, MCPError
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
-from gateway.approvals.channels import ApprovalPage
-from gateway.errors import NotFound
-from gateway.identity import TaskIdentity
+from gateway.core.approvals.channels import ApprovalPage
+from gateway.core.errors import NotFound
+from gateway.core.identity import TaskIdentity
+from gateway.core.ports import CallRunner, Elicit
+from gateway.core.registry import ProgressFn
+from gateway.core.results import Door, ToolResult
+from gateway.core.tasks.log import Level, TaskLog, at_least
 from gateway.mcp_door import task_requests
 from gateway.mcp_door.bearer import identity_of
 from gateway.mcp_door.call_tasks import CallTasks
@@ -43,10 +47,6 @@ from gateway.mcp_door.input_required import Parked, ParkedCalls, StaleState, arg
 from gateway.mcp_door.rendering import render
 from gateway.mcp_door.resources import ArtifactResources
 from gateway.mcp_door.task_requests import TaskServer
-from gateway.ports import CallRunner, Elicit
-from gateway.registry import ProgressFn
-from gateway.results import Door, ToolResult
-from gateway.task_log import Level, TaskLog, at_least
 
 IDEMPOTENCY_META_KEY = "idempotency_key"
 INVALID_PARAMS = -32602

@@ -32,8 +32,8 @@ from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
 from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Message, Scope, Send
 
-from gateway.errors import GatewayError
-from gateway.results import ErrorCode
+from gateway.core.errors import GatewayError
+from gateway.core.results import ErrorCode
 
 SESSION_HEADER = "mcp-session-id"
 

@@ -25,10 +25,10 @@ from mcp.server.lowlevel import Server
 from mcp.shared.exceptions import MCPError
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
-from gateway.identity import TaskIdentity
+from gateway.core.identity import TaskIdentity
+from gateway.core.registry import Registry
 from gateway.mcp_door.bearer import identity_of
 from gateway.mcp_door.call_tasks import CallTasks
-from gateway.registry import Registry
 
 TASKS_EXTENSION = "io.modelcontextprotocol/tasks"
 RELATED_TASK = "io.modelcontextprotocol/related-task"

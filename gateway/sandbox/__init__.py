@@ -18,6 +18,6 @@ proxy at an origin of its own, and torn down when the task ends (docs/sandbox.md
 | `extension.py` | `install(gw)` |
 
 What a task asks for and what an operator registers are models of their own, below the
-core (`gateway/sandbox_spec.py`: `gateway.identity` and the settings read them); this
+core (`gateway/core/sandbox_spec.py`: `gateway.core.identity` and the settings read them); this
 package sits above the core, an adapter like the task browser.
 """

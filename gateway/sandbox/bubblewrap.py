@@ -33,7 +33,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from gateway.sandbox_spec import Limits
+from gateway.core.sandbox_spec import Limits
 
 MIB = 1024 * 1024
 # Where the sandbox sees its checkout and its data.

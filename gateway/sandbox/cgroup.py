@@ -19,7 +19,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from gateway.sandbox_spec import Limits
+from gateway.core.sandbox_spec import Limits
 
 log = logging.getLogger(__name__)
 MIB = 1024 * 1024

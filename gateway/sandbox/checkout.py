@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
-from gateway.sandbox_spec import DEFAULT_BUDGETS
+from gateway.core.sandbox_spec import DEFAULT_BUDGETS
 
 from .errors import SandboxError, SandboxRefused, UnknownCommit
 from .tree import remove as remove_tree

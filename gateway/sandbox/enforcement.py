@@ -15,7 +15,7 @@ import os
 from pathlib import Path
 from typing import Any, Protocol
 
-from gateway.sandbox_spec import Limits
+from gateway.core.sandbox_spec import Limits
 
 from . import mounts, seccomp
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from gateway.errors import GatewayError, ToolFailure
-from gateway.results import ErrorCode, ToolStatus
+from gateway.core.errors import GatewayError, ToolFailure
+from gateway.core.results import ErrorCode, ToolStatus
 
 
 class SandboxError(GatewayError):

@@ -9,10 +9,10 @@ from typing import Any
 from starlette.routing import BaseRoute
 
 from gateway.browser.app_link import AppLink
-from gateway.identity import TaskIdentity
+from gateway.core.identity import TaskIdentity
+from gateway.core.store.artifacts import ArtifactRef
 from gateway.runtime import Gateway
 from gateway.settings import Settings
-from gateway.store.artifacts import ArtifactRef
 
 from .cgroup import CgroupParent
 from .incus import IncusProvider

@@ -44,7 +44,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from gateway.sandbox_spec import (
+from gateway.core.sandbox_spec import (
     DEFAULT_BUDGETS,
     Budgets,
     IncusBackend,

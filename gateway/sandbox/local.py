@@ -46,7 +46,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
-from gateway.sandbox_spec import DEFAULT_BUDGETS, Limits, Provision, Repository
+from gateway.core.sandbox_spec import DEFAULT_BUDGETS, Limits, Provision, Repository
 
 from . import manifest, mounts, probe, seccomp, tree
 from .bubblewrap import (

@@ -12,7 +12,7 @@ import socket
 from pathlib import Path
 from typing import Any
 
-from gateway.sandbox_spec import Limits, Provision, Repository
+from gateway.core.sandbox_spec import Limits, Provision, Repository
 
 from . import mounts
 from .proc_scan import PROC

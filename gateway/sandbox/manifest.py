@@ -12,7 +12,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from gateway.sandbox_spec import Limits, Provision
+from gateway.core.sandbox_spec import Limits, Provision
 
 from .provider import Binding
 

@@ -31,7 +31,7 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
-from gateway.sandbox_spec import Provision
+from gateway.core.sandbox_spec import Provision
 
 from .errors import SandboxRefused
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from gateway.sandbox_spec import Limits, Provision, Repository
+from gateway.core.sandbox_spec import Limits, Provision, Repository
 
 from .errors import SandboxRefused
 

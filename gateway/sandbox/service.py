@@ -24,10 +24,10 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from gateway.errors import QuotaExceeded, ToolFailure
-from gateway.identity import TaskIdentity
-from gateway.store.artifacts import ArtifactRef
-from gateway.tasks import TaskCreate
+from gateway.core.errors import QuotaExceeded, ToolFailure
+from gateway.core.identity import TaskIdentity
+from gateway.core.store.artifacts import ArtifactRef
+from gateway.core.tasks.service import TaskCreate
 
 from . import manifest
 from .errors import sandbox_unavailable

@@ -23,7 +23,7 @@ from typing import Any
 
 from pydantic import TypeAdapter, ValidationError
 
-from gateway.results import ErrorCode, ToolStatus
+from gateway.core.results import ErrorCode, ToolStatus
 from gateway.tabs import frames
 from gateway.tabs.actions import UIAction, target_holds
 from gateway.tabs.frames import IncomingFrame

@@ -20,12 +20,12 @@ from typing import Any
 from pydantic_core import PydanticSerializationError, to_json
 from starlette.websockets import WebSocket, WebSocketDisconnect, WebSocketState
 
-from gateway.errors import AuthError, GatewayError
-from gateway.origins import origin_allowed
-from gateway.ports import TaskLookup
+from gateway.core.errors import AuthError, GatewayError
+from gateway.core.origins import origin_allowed
+from gateway.core.ports import TaskLookup
+from gateway.core.tokens import Purpose
 from gateway.tabs import frames
 from gateway.tabs.hub import CloseCommand, Outgoing, TabHub, TabLink, Writer, parse_hello
-from gateway.tokens import Purpose
 
 log = logging.getLogger(__name__)
 

@@ -11,7 +11,7 @@ When the awaiting handler is cancelled (its MCP client cancelled the call, or th
 pipeline's deadline hit), the tab gets a `cancel` frame.
 
 A tab answers a few UI actions at a time: each task's tab has an `Admission`
-(`gateway/admission.py`) of `TabConfig.actions_at_once` places and a short queue. An action
+(`gateway/core/admission.py`) of `TabConfig.actions_at_once` places and a short queue. An action
 that could not be answered before its deadline (by the running average of the tab's recent
 round trips), or that finds the queue full, ends at once `unavailable`/`overloaded`,
 retryable, with `details.retry_after_s`, and nothing is sent to the tab.
@@ -38,12 +38,13 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Counter, Gauge
 from pydantic import BaseModel, ValidationError
 
-from gateway.admission import Admission
-from gateway.errors import GatewayError, ToolFailure
-from gateway.identity import TaskIdentity
-from gateway.ids import new_id
-from gateway.ports import ApprovalDesk, CallRunner, Catalog, EventRecorder
-from gateway.results import Door, ErrorCode, ToolStatus
+from gateway.core.admission import Admission
+from gateway.core.errors import GatewayError, ToolFailure
+from gateway.core.identity import TaskIdentity
+from gateway.core.ids import new_id
+from gateway.core.ports import ApprovalDesk, CallRunner, Catalog, EventRecorder
+from gateway.core.results import Door, ErrorCode, ToolStatus
+from gateway.core.tasks.log import Level
 from gateway.tabs import frames
 from gateway.tabs.actions import UIAction, build_action
 from gateway.tabs.channel import (
@@ -60,7 +61,6 @@ from gateway.tabs.channel import (
 )
 from gateway.tabs.outcome import TabOutcome, failure
 from gateway.tabs.views import Views
-from gateway.task_log import Level
 
 log = logging.getLogger(__name__)
 

@@ -12,8 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from gateway.errors import ToolFailure
-from gateway.results import ErrorCode, ToolError, ToolStatus
+from gateway.core.errors import ToolFailure
+from gateway.core.results import ErrorCode, ToolError, ToolStatus
 
 
 @dataclass(frozen=True)

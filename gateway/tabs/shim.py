@@ -18,7 +18,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
-from gateway.origins import origin_allowed
+from gateway.core.origins import origin_allowed
 
 TS_TYPE = "application/typescript; charset=utf-8"
 # Every module webmcp.js imports, directly or through another, must be here: a browser

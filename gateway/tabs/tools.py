@@ -7,9 +7,9 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from gateway.errors import ToolFailure
-from gateway.registry import Registry, Tool, ToolAnnotations, ToolContext
-from gateway.results import ErrorCode, ToolStatus
+from gateway.core.errors import ToolFailure
+from gateway.core.registry import Registry, Tool, ToolAnnotations, ToolContext
+from gateway.core.results import ErrorCode, ToolStatus
 from gateway.tabs.actions import (
     DisplayProposedChangeArgs,
     OpenViewArgs,

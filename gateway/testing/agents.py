@@ -19,7 +19,7 @@ from urllib.parse import urlsplit
 
 from gateway.bridge.client import BridgeClient, load_bridge
 from gateway.bridge.offer import sandbox_env_values
-from gateway.registry import exposed_name
+from gateway.core.registry import exposed_name
 from gateway.testing.control import GatewayTask
 from gateway.testing.loop_thread import LoopThread
 

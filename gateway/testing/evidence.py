@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gateway.registry import exposed_name
+from gateway.core.registry import exposed_name
 from gateway.testing.control import ControlPlane
 
 

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from gateway.chromium import find_chromium, launch_args
+from gateway.browser.chromium import find_chromium, launch_args
 
 
 @pytest.fixture(scope="session")

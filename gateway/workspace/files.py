@@ -16,8 +16,8 @@ import stat
 from dataclasses import dataclass
 from typing import Any
 
-from gateway.errors import ToolFailure
-from gateway.results import ErrorCode, ToolStatus
+from gateway.core.errors import ToolFailure
+from gateway.core.results import ErrorCode, ToolStatus
 from gateway.workspace.paths import Workspace, forbidden, not_found, split_path
 from gateway.workspace.quota import Change, unlimited
 

@@ -22,10 +22,10 @@ import stat
 from collections.abc import Iterator
 from pathlib import Path
 
-from gateway.errors import ToolFailure
-from gateway.identity import TaskIdentity
-from gateway.private_files import private_dir
-from gateway.results import ErrorCode, ToolStatus
+from gateway.core.errors import ToolFailure
+from gateway.core.identity import TaskIdentity
+from gateway.core.private_files import private_dir
+from gateway.core.results import ErrorCode, ToolStatus
 from gateway.workspace.quota import Tally
 
 MAX_PATH_CHARS = 1024

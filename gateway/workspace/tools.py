@@ -16,8 +16,8 @@ from typing import Annotated, Any
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 from starlette.routing import BaseRoute
 
-from gateway.identity import TaskIdentity
-from gateway.registry import Registry, Tool, ToolAnnotations, ToolContext
+from gateway.core.identity import TaskIdentity
+from gateway.core.registry import Registry, Tool, ToolAnnotations, ToolContext
 from gateway.runtime import Gateway
 from gateway.workspace import files
 from gateway.workspace.paths import MAX_PATH_CHARS, Workspace, workspace_dir

@@ -10,13 +10,13 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 
-from gateway.approval_policy import ApprovalPolicy
-from gateway.approvals.broker import KEEPALIVE_S, ApprovalConflict, ApprovalRefused, Decision
-from gateway.errors import NotFound
-from gateway.identity import TaskIdentity
-from gateway.recording import input_digest
-from gateway.registry import Tool, ToolContext
-from gateway.results import Door, ErrorCode, ToolResult, ToolStatus
+from gateway.core.approval_policy import ApprovalPolicy
+from gateway.core.approvals.broker import KEEPALIVE_S, ApprovalConflict, ApprovalRefused, Decision
+from gateway.core.errors import NotFound
+from gateway.core.identity import TaskIdentity
+from gateway.core.recording import input_digest
+from gateway.core.registry import Tool, ToolContext
+from gateway.core.results import Door, ErrorCode, ToolResult, ToolStatus
 from gateway.runtime import Gateway
 from gateway.settings import Settings
 from tests.core_fixtures import new_task, started

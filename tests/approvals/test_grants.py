@@ -12,11 +12,11 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 
-from gateway.approval_policy import ApprovalPolicy, Need, may_answer
-from gateway.approvals.broker import ApprovalRefused
-from gateway.identity import TaskIdentity
-from gateway.registry import Tool, ToolContext
-from gateway.results import Door, ToolResult
+from gateway.core.approval_policy import ApprovalPolicy, Need, may_answer
+from gateway.core.approvals.broker import ApprovalRefused
+from gateway.core.identity import TaskIdentity
+from gateway.core.registry import Tool, ToolContext
+from gateway.core.results import Door, ToolResult
 from gateway.runtime import Gateway
 from gateway.settings import Settings
 from tests.approvals.test_asking import asked, control

@@ -10,12 +10,12 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 
-from gateway.registry import Tool, ToolContext
-from gateway.results import Door
+from gateway.core.registry import Tool, ToolContext
+from gateway.core.results import Door
+from gateway.core.tokens import Purpose
 from gateway.runtime import Gateway
 from gateway.settings import Settings
 from gateway.testing import task_body
-from gateway.tokens import Purpose
 from tests.conftest import Live, LiveFactory
 
 POLICY = {"grantable": [{"tool": "notes.write", "by": "control"}]}

@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from gateway.results import Door, ErrorCode, ToolResult, ToolStatus
+from gateway.core.results import Door, ErrorCode, ToolResult, ToolStatus
 from gateway.runtime import Gateway
 from gateway.settings import Settings
 from tests.approvals.test_asking import GRANTABLE, Ran, asked, control, install

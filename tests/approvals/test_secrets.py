@@ -14,11 +14,11 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 
-from gateway.identity import TaskIdentity
-from gateway.registry import Tool, ToolContext
-from gateway.results import Door, ToolResult
+from gateway.core.identity import TaskIdentity
+from gateway.core.registry import Tool, ToolContext
+from gateway.core.results import Door, ToolResult
+from gateway.core.tokens import Purpose
 from gateway.settings import Settings
-from gateway.tokens import Purpose
 from tests.approvals.test_http import DECISION, bearer, setup
 from tests.conftest import Live, LiveFactory
 
@@ -168,7 +168,7 @@ async def _everything_stored(live: Live) -> str:
     """Every row of the store's approval and evidence tables, as text."""
     from sqlalchemy import select
 
-    from gateway.store import schema
+    from gateway.core.store import schema
 
     out = []
     async with live.gateway.store.engine.connect() as conn:

@@ -17,10 +17,10 @@ from pydantic import BaseModel, ConfigDict
 from gateway.app import Extension
 from gateway.bridge import BridgeClient, ParentToolBridge, as_host_command, install, load_bridge
 from gateway.bridge.schemas import ENDPOINT_ENV, TOKEN_ENV
-from gateway.errors import ToolFailure
+from gateway.core.errors import ToolFailure
+from gateway.core.registry import Tool, ToolContext
+from gateway.core.results import ErrorCode, ToolStatus
 from gateway.http import health, tasks
-from gateway.registry import Tool, ToolContext
-from gateway.results import ErrorCode, ToolStatus
 from gateway.runtime import Gateway
 from gateway.settings import Settings
 from tests.conftest import Live

@@ -22,7 +22,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from gateway.app import build_app
-from gateway.redaction import Redactor
+from gateway.core.redaction import Redactor
 from gateway.runtime import Gateway
 from gateway.serving import serving
 from gateway.testing import test_settings

@@ -12,13 +12,13 @@ from typing import Any
 import pytest_asyncio
 
 from gateway.browser import BrowserPool, BrowserProcesses, install
-from gateway.identity import TaskIdentity
+from gateway.core.identity import TaskIdentity
+from gateway.core.results import Door, ToolResult
+from gateway.core.tasks.service import TaskCreate
 from gateway.parts import browser_processes_config
-from gateway.results import Door, ToolResult
 from gateway.runtime import Gateway
 from gateway.serving import serving
 from gateway.settings import Settings
-from gateway.tasks import TaskCreate
 from gateway.testing import end_all_and_check_released, test_settings
 from tests.browser.site import ForeignLog, allowed_app, foreign_app
 from tests.conftest import task_body

@@ -9,8 +9,8 @@ import asyncio
 import pytest
 
 from gateway.browser.admission import FIRST_GUESS_S, RECENT_WEIGHT, RUN_MARGIN_S, Admission
-from gateway.errors import ToolFailure
-from gateway.results import ErrorCode, ToolStatus
+from gateway.core.errors import ToolFailure
+from gateway.core.results import ErrorCode, ToolStatus
 
 
 class FakeClock:

@@ -12,7 +12,7 @@ import pytest
 import pytest_asyncio
 
 from gateway.browser import BrowserPool
-from gateway.results import ToolStatus
+from gateway.core.results import ToolStatus
 from tests.browser.conftest import BrowserGateway, Sites, browser_gateway
 
 pytestmark = [pytest.mark.browser, pytest.mark.asyncio(loop_scope="session")]

@@ -12,8 +12,8 @@ import pytest
 import pytest_asyncio
 
 from gateway.browser import BrowserProcesses
-from gateway.identity import TaskIdentity
-from gateway.results import ToolStatus
+from gateway.core.identity import TaskIdentity
+from gateway.core.results import ToolStatus
 from gateway.workspace import tools as workspace_tools
 from gateway.workspace.paths import workspace_dir
 from tests.browser.conftest import BrowserGateway, Sites, browser_gateway, snapshot_ref

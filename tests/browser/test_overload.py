@@ -36,8 +36,8 @@ from starlette.routing import Route
 from gateway.bridge import BridgeClient, load_bridge, sandbox_env_values
 from gateway.browser import BrowserPool, BrowserProcesses
 from gateway.browser.admission import Admission
-from gateway.registry import Tool, ToolContext
-from gateway.results import ToolResult, ToolStatus
+from gateway.core.registry import Tool, ToolContext
+from gateway.core.results import ToolResult, ToolStatus
 from gateway.runtime import Gateway
 from gateway.serving import serving
 from gateway.testing import live_gateway

@@ -9,8 +9,8 @@ import asyncio
 import pytest
 
 from gateway.browser.admission import Admission, PageAdmission
-from gateway.errors import ToolFailure
-from gateway.results import ErrorCode
+from gateway.core.errors import ToolFailure
+from gateway.core.results import ErrorCode
 
 
 class FakeClock:

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from gateway.browser import BrowserProcesses, dialogs
-from gateway.results import ToolStatus
+from gateway.core.results import ToolStatus
 from tests.browser.conftest import BrowserGateway, Sites, browser_gateway, snapshot_ref
 
 pytestmark = [pytest.mark.browser, pytest.mark.asyncio(loop_scope="session")]

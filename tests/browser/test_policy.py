@@ -8,8 +8,8 @@ from playwright.async_api import Error as PlaywrightError
 from gateway.browser.policy import is_browser_service, page_url_allowed, resolve_target
 from gateway.browser.snapshot import Refs, build_snapshot, compact, resolve_ref
 from gateway.browser.tools import _snapshot_after_load
-from gateway.errors import ToolFailure
-from gateway.identity import Sandbox
+from gateway.core.errors import ToolFailure
+from gateway.core.identity import Sandbox
 
 SANDBOX = Sandbox(
     id="sb", app_origin="http://127.0.0.1:8001", allowed_origins=("https://cdn.example",)

@@ -24,12 +24,12 @@ from urllib.parse import urlsplit
 import pytest
 
 from gateway.browser import BrowserPool, BrowserProcesses
+from gateway.browser.chromium import find_chromium, launch_args
 from gateway.browser.jail import BrowserJail
 from gateway.browser.processes import GUARD_ARGS, TASK_BROWSER_DISABLED_FEATURES
-from gateway.chromium import find_chromium, launch_args
-from gateway.identity import TaskIdentity
+from gateway.core.identity import TaskIdentity
+from gateway.core.results import ToolStatus
 from gateway.parts import browser_processes_config
-from gateway.results import ToolStatus
 from tests.browser.conftest import BrowserGateway, Sites, browser_gateway, browser_settings
 
 pytestmark = [pytest.mark.browser, pytest.mark.asyncio(loop_scope="session")]

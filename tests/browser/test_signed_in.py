@@ -17,10 +17,10 @@ import pytest
 
 from gateway.app import build_app
 from gateway.browser import BrowserProcesses, install
+from gateway.core.storage_state import StorageStates
 from gateway.http import tasks as task_routes
 from gateway.runtime import Gateway
 from gateway.serving import serving
-from gateway.storage_state import StorageStates
 from tests.browser.conftest import Sites, browser_gateway, browser_settings
 from tests.browser.site import LOCAL_TOKEN, SESSION_COOKIE
 from tests.conftest import task_body

@@ -13,14 +13,14 @@ from prometheus_client import generate_latest
 from gateway.app import build_app
 from gateway.browser import BrowserPool, BrowserProcesses, install
 from gateway.browser import pool as pool_module
+from gateway.browser.chromium import dropped_features
 from gateway.browser.memory import command_line
-from gateway.chromium import dropped_features
+from gateway.core.results import ToolStatus
+from gateway.core.tokens import Purpose
 from gateway.http import tasks as task_routes
-from gateway.results import ToolStatus
 from gateway.runtime import Gateway
 from gateway.serving import serving
 from gateway.settings import Settings
-from gateway.tokens import Purpose
 from tests.browser.conftest import (
     BrowserGateway,
     Sites,

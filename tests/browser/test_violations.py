@@ -10,7 +10,7 @@ import pytest
 from gateway.browser import windows
 from gateway.browser.guard_proxy import BlockedRequest
 from gateway.browser.violations import Violation, denial, refused_kind
-from gateway.results import ErrorCode, ToolStatus
+from gateway.core.results import ErrorCode, ToolStatus
 
 
 def violation(kind: str, *, denies: bool) -> Violation:

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from gateway.testing.haproxy import HAProxyUnavailable, find_haproxy
-from gateway.testing.nats import NatsUnavailable, find_nats_server
 from tests.conftest import REQUIRE_POSTGRES
+from tests.servers.haproxy import HAProxyUnavailable, find_haproxy
+from tests.servers.nats import NatsUnavailable, find_nats_server
 
 # `make test` sets it, having run scripts/ensure-postgres and scripts/ensure-cluster: there
 # a missing tool is a failure, not a reason to skip.

@@ -20,13 +20,13 @@ import pytest
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 
-from gateway.approval_policy import ApprovalPolicy
 from gateway.cluster import node as node_module
-from gateway.results import Door, ErrorCode, ToolStatus
-from gateway.testing.nats import NatsServer, NatsUser
+from gateway.core.approval_policy import ApprovalPolicy
+from gateway.core.results import Door, ErrorCode, ToolStatus
 from gateway.testing.waiting import until
 from tests.cluster.test_nodes import DECISION, TAP, Nodes, asking, nats, node_of, shared
 from tests.core_fixtures import new_task
+from tests.servers.nats import NatsServer, NatsUser
 
 __all__ = ["nats", "shared"]
 

@@ -15,12 +15,12 @@ import pytest
 
 from gateway.bridge.envelopes import ParentToolResult
 from gateway.testing.agents import bridge_client, mcp_call
-from gateway.testing.cluster import LocalCluster
 from gateway.testing.control import ControlPlane, GatewayTask
-from gateway.testing.postgres import Cluster
 from gateway.testing.tab_client import ORIGIN, running_tab
 from gateway.testing.waiting import until, until_true
 from tests.clients.npm import ensure_installed, ts_agent
+from tests.servers.cluster import LocalCluster
+from tests.servers.postgres import Cluster
 
 pytestmark = pytest.mark.cluster
 

@@ -7,7 +7,7 @@ import json
 from typing import Any
 
 from gateway.cluster.envelope import CLOCK_SKEW_S, MAX_AGE_S, Envelopes, digest
-from gateway.tokens import new_key
+from gateway.core.tokens import new_key
 
 KEY = new_key()
 

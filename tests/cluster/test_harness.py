@@ -22,8 +22,8 @@ import pytest
 from nats.aio.msg import Msg
 
 from gateway.serving import free_port
-from gateway.testing.cluster import LocalCluster
-from gateway.testing.haproxy import (
+from tests.servers.cluster import LocalCluster
+from tests.servers.haproxy import (
     HINTS_PER_10S,
     Backend,
     HAProxy,
@@ -32,9 +32,9 @@ from gateway.testing.haproxy import (
     haproxy,
     render_config,
 )
-from gateway.testing.nats import NatsUser, nats_server, node_user
-from gateway.testing.nats import render_config as render_nats_config
-from gateway.testing.postgres import Cluster
+from tests.servers.nats import NatsUser, nats_server, node_user
+from tests.servers.nats import render_config as render_nats_config
+from tests.servers.postgres import Cluster
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"
 

@@ -21,14 +21,13 @@ import pytest_asyncio
 from gateway.browser import BrowserProcesses
 from gateway.browser.extension import install as install_browser
 from gateway.cluster.extension import install as join_cluster
-from gateway.identity import TaskIdentity
-from gateway.results import Door, ToolResult
+from gateway.core.identity import TaskIdentity
+from gateway.core.results import Door, ToolResult
+from gateway.core.tasks.service import TaskCreate
 from gateway.runtime import Gateway
 from gateway.sandbox.extension import install as install_sandboxes
 from gateway.sandbox.incus import IncusSandbox
 from gateway.sandbox.service import Sandboxes
-from gateway.tasks import TaskCreate
-from gateway.testing.nats import NatsServer
 from gateway.testing.waiting import until
 from tests.browser.conftest import task_chromium
 from tests.cluster.test_nodes import nats, node_of, node_settings, shared
@@ -39,6 +38,7 @@ from tests.sandbox.conftest import (
     incus_socket,
     provision_body,
 )
+from tests.servers.nats import NatsServer
 
 __all__ = ["app_repo", "incus_socket", "nats", "shared", "task_chromium"]
 

@@ -21,28 +21,28 @@ from sqlalchemy import func, select
 from starlette.applications import Starlette
 
 from gateway.app import build_app
-from gateway.approval_policy import ApprovalPolicy
 from gateway.cluster import node as node_module
 from gateway.cluster.bus import BusTimeout
 from gateway.cluster.extension import install as join_cluster
 from gateway.cluster.node import ClusterNode, ErrandError
-from gateway.errors import InvalidInput, TokenRevoked
+from gateway.core.approval_policy import ApprovalPolicy
+from gateway.core.errors import InvalidInput, TokenRevoked
+from gateway.core.identity import Actor, Sandbox, TaskIdentity
+from gateway.core.registry import Tool, ToolContext
+from gateway.core.results import Door, ErrorCode, ToolStatus
+from gateway.core.sandbox_spec import Provision
+from gateway.core.store import schema
+from gateway.core.tasks.service import TaskCreate
+from gateway.core.tokens import Purpose, new_key
 from gateway.http.approvals import routes as approval_routes
-from gateway.identity import Actor, Sandbox, TaskIdentity
-from gateway.registry import Tool, ToolContext
-from gateway.results import Door, ErrorCode, ToolStatus
 from gateway.runtime import Gateway
 from gateway.sandbox.extension import install as install_sandboxes
-from gateway.sandbox_spec import Provision
 from gateway.settings import Settings
-from gateway.store import schema
-from gateway.tasks import TaskCreate
 from gateway.testing import test_settings
-from gateway.testing.nats import NatsServer, NatsUser, nats_server, node_user
-from gateway.testing.postgres import Cluster
 from gateway.testing.waiting import until, until_true
-from gateway.tokens import Purpose, new_key
 from tests.core_fixtures import new_task
+from tests.servers.nats import NatsServer, NatsUser, nats_server, node_user
+from tests.servers.postgres import Cluster
 
 
 class Note(BaseModel):

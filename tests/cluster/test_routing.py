@@ -11,11 +11,11 @@ import pytest
 from pydantic import BaseModel
 
 from gateway.cluster.routing import Routing
-from gateway.errors import GatewayError, ToolFailure
-from gateway.identity import TaskIdentity
-from gateway.ports import NO_FENCING, CallRunner
-from gateway.registry import Tool, ToolContext
-from gateway.results import Door, ErrorCode, ToolResult, ToolStatus
+from gateway.core.errors import GatewayError, ToolFailure
+from gateway.core.identity import TaskIdentity
+from gateway.core.ports import NO_FENCING, CallRunner
+from gateway.core.registry import Tool, ToolContext
+from gateway.core.results import Door, ErrorCode, ToolResult, ToolStatus
 from tests.core_fixtures import identity
 
 

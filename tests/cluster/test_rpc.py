@@ -20,10 +20,10 @@ from gateway.cluster.rpc import (
     NodeUnavailable,
     Rpc,
 )
-from gateway.errors import InDoubt, NotFound
-from gateway.identity import TaskIdentity
-from gateway.results import ErrorCode, ToolStatus
-from gateway.tokens import new_key
+from gateway.core.errors import InDoubt, NotFound
+from gateway.core.identity import TaskIdentity
+from gateway.core.results import ErrorCode, ToolStatus
+from gateway.core.tokens import new_key
 from tests.core_fixtures import identity
 
 T = TypeVar("T")

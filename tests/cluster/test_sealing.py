@@ -8,7 +8,7 @@ import json
 import pytest
 
 from gateway.cluster.sealing import Sealer, Unsealable
-from gateway.tokens import new_key
+from gateway.core.tokens import new_key
 
 CALL = {"task_id": "tsk_0123", "tool": "agents.save", "input": {"password": "hunter2"}}
 

@@ -16,14 +16,14 @@ import pytest
 from pydantic import BaseModel
 from starlette.requests import Request
 
-from gateway.approvals.broker import Decision
 from gateway.console import HostSignIn, Viewer, host_viewer
 from gateway.console.access import COOKIE, ConsoleAccess
-from gateway.registry import Tool, ToolContext
-from gateway.results import Door
+from gateway.core.approvals.broker import Decision
+from gateway.core.registry import Tool, ToolContext
+from gateway.core.results import Door
+from gateway.core.tokens import Purpose
 from gateway.runtime import Gateway
 from gateway.settings import Settings
-from gateway.tokens import Purpose
 from tests.conftest import Live, LiveFactory
 
 POLICY = {"grantable": [{"tool": "notes.write", "by": "control"}]}

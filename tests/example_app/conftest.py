@@ -14,13 +14,13 @@ from examples.synthetic_app.control import AssistantTask, ControlPlane
 from examples.synthetic_app.directory import USERS
 from examples.synthetic_app.tools import install_product_tools
 from gateway.app import Extension
+from gateway.core.identity import TaskIdentity
+from gateway.core.tokens import Purpose
 from gateway.http import health, tasks
-from gateway.identity import TaskIdentity
 from gateway.runtime import Gateway
 from gateway.serving import free_port, serving
 from gateway.settings import Settings
 from gateway.tabs import install as install_tabs
-from gateway.tokens import Purpose
 from tests.conftest import Live
 
 # The sandbox instance is not needed by these tests; the task names where it would be.

@@ -15,8 +15,8 @@ from examples.synthetic_app.control import ControlPlaneError
 from examples.synthetic_app.directory import USERS
 from examples.synthetic_app.models import DraftFields, RunRequest
 from examples.synthetic_app.store import who
-from gateway.identity import TaskIdentity
-from gateway.results import Door, ToolResult
+from gateway.core.identity import TaskIdentity
+from gateway.core.results import Door, ToolResult
 from tests.example_app.conftest import Stack
 from tests.example_app.pytab import open_tab
 

@@ -14,8 +14,8 @@ import pytest
 from examples.synthetic_app import SyntheticApp
 from examples.synthetic_app.models import DraftFields, RunRequest
 from examples.synthetic_app.store import who
+from gateway.core.tokens import Purpose
 from gateway.serving import serving
-from gateway.tokens import Purpose
 from tests.example_app.conftest import Stack
 
 ADA = who("org_acme", "ada")

@@ -24,10 +24,10 @@ from starlette.routing import Route
 from websockets.asyncio.client import connect
 
 from gateway.browser import BrowserPool
-from gateway.results import Door, ToolStatus
+from gateway.core.results import Door, ToolStatus
+from gateway.core.tokens import Purpose
 from gateway.serving import serving
 from gateway.testing import test_settings
-from gateway.tokens import Purpose
 from mcp import Client
 from tests.conftest import Live, LiveFactory
 

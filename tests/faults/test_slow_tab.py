@@ -18,12 +18,12 @@ from pathlib import Path
 import pytest_asyncio
 
 from gateway.app import build_app
+from gateway.core.results import ToolStatus
+from gateway.core.tasks.service import TaskCreate
 from gateway.http import health, tasks
-from gateway.results import ToolStatus
 from gateway.runtime import Gateway
 from gateway.serving import serving
 from gateway.tabs import ChannelLimits, DisplayProposedChange, TabConfig, TabHub, install
-from gateway.tasks import TaskCreate
 from gateway.testing import test_settings
 from tests.conftest import task_body
 

@@ -21,12 +21,12 @@ import httpx
 from pydantic import BaseModel, ConfigDict, Field
 
 from gateway.app import build_app, default_extensions
-from gateway.registry import Tool, ToolContext
+from gateway.core.registry import Tool, ToolContext
+from gateway.core.tokens import Purpose, TokenService
 from gateway.runtime import Gateway
 from gateway.serving import serving
 from gateway.tabs import ChannelLimits, TabConfig, Views
 from gateway.testing import test_settings
-from gateway.tokens import Purpose, TokenService
 from tests.conftest import task_body
 
 CORPUS = Path(__file__).parent / "corpus"

@@ -14,7 +14,7 @@ from typing import Any
 import httpx
 from mcp.shared.inbound import encode_header_value
 
-from gateway.tokens import Purpose
+from gateway.core.tokens import Purpose
 from tests.conftest import task_body
 from tests.hostile.arena import (
     MCP_META,

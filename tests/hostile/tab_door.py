@@ -18,8 +18,8 @@ from typing import Any
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 
+from gateway.core.tokens import Purpose
 from gateway.tabs import ReadView, TabHub, TabOutcome
-from gateway.tokens import Purpose
 from tests.hostile.arena import DASHBOARD, SENTINEL, Arena, build_token
 
 TASK = "tab"  # the arena's task whose tab the cases play

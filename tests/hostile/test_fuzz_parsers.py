@@ -30,18 +30,18 @@ from gateway.bridge.schemas import (
 )
 from gateway.bridge.validation import EnvelopeInvalid, load_json, parse_envelope
 from gateway.browser.policy import page_url_allowed, resolve_target
-from gateway.errors import AuthError, GatewayError, ToolFailure
-from gateway.identity import Sandbox, TaskIdentity
-from gateway.origins import OriginError, is_allowed, normalize_origin, origin_of
-from gateway.results import Door, ToolResult, ToolStatus
+from gateway.core.errors import AuthError, GatewayError, ToolFailure
+from gateway.core.identity import Sandbox, TaskIdentity
+from gateway.core.origins import OriginError, is_allowed, normalize_origin, origin_of
+from gateway.core.results import Door, ToolResult, ToolStatus
+from gateway.core.tasks.service import TaskCreate
+from gateway.core.tokens import Purpose, TokenService
 from gateway.runtime import Gateway
 from gateway.settings import Settings
 from gateway.tabs import TabChannel, Views
 from gateway.tabs.actions import ACTION_TYPES, build_action, parse_action, target_holds
 from gateway.tabs.channel import Send
 from gateway.tabs.hub import parse_hello
-from gateway.tasks import TaskCreate
-from gateway.tokens import Purpose, TokenService
 from gateway.workspace.paths import split_path
 from tests.hostile.arena import SENTINEL, BuilderParams, Sentinels, install_sentinels
 

@@ -13,7 +13,7 @@ from websockets.asyncio.client import connect
 from websockets.exceptions import InvalidStatus
 
 from gateway import serving
-from gateway.tokens import Purpose
+from gateway.core.tokens import Purpose
 from tests.conftest import Live, task_body
 
 DASHBOARD = "http://127.0.0.1:8765"

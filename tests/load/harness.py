@@ -29,7 +29,7 @@ from playwright.async_api import Browser, BrowserContext, Page
 from playwright.async_api import Error as PlaywrightError
 
 from gateway.bridge import BridgeClient, load_bridge, sandbox_env_values
-from gateway.results import ErrorCode, ToolStatus
+from gateway.core.results import ErrorCode, ToolStatus
 from mcp import Client
 from tests.conftest import task_body
 

@@ -21,7 +21,7 @@ import pytest
 import pytest_asyncio
 
 from gateway.browser import BrowserPool
-from gateway.chromium import find_chromium, launch_args
+from gateway.browser.chromium import find_chromium, launch_args
 from gateway.serving import serving
 from gateway.tabs import TabHub
 from gateway.testing import test_settings

@@ -14,10 +14,10 @@ from mcp.client.streamable_http import streamable_http_client
 from pydantic import BaseModel, Field
 
 from gateway import mcp_door
-from gateway.errors import ToolFailure
+from gateway.core.errors import ToolFailure
+from gateway.core.registry import ToolAnnotations, ToolContext
+from gateway.core.results import ErrorCode, ToolStatus
 from gateway.http import health, tasks
-from gateway.registry import ToolAnnotations, ToolContext
-from gateway.results import ErrorCode, ToolStatus
 from gateway.runtime import Gateway
 from gateway.settings import Settings
 from mcp import Client

@@ -18,13 +18,13 @@ import pytest
 from starlette.requests import Request
 
 from gateway import console, mcp_door
-from gateway.approvals.broker import Decision
-from gateway.chromium import find_chromium, launch_args
+from gateway.browser.chromium import find_chromium, launch_args
 from gateway.console import HostSignIn, Viewer, host_viewer
+from gateway.core.approvals.broker import Decision
+from gateway.core.tokens import Purpose
 from gateway.http import health, tasks
 from gateway.runtime import Gateway
 from gateway.settings import Settings
-from gateway.tokens import Purpose
 from tests.mcp_door.conftest import DoorLive, ToolsSeen, register_test_tools
 
 # Beyond the grant, and only the control plane may allow it.

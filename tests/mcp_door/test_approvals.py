@@ -10,8 +10,8 @@ from typing import Any
 
 import mcp_types as types
 
-from gateway.approvals.broker import Decision
-from gateway.tokens import Purpose
+from gateway.core.approvals.broker import Decision
+from gateway.core.tokens import Purpose
 from tests.mcp_door.conftest import MODES, DoorLive
 
 REQUIRED = {"required": ["test.write"], "channels": ["elicitation", "control"], "timeout_s": 20}

@@ -7,7 +7,7 @@ from typing import Any, cast
 import pytest
 from mcp_types import RequestParamsMeta
 
-from gateway.results import ErrorCode, ToolStatus
+from gateway.core.results import ErrorCode, ToolStatus
 from tests.mcp_door.conftest import ALL_FAILURES, MODES, DoorLive, Empty
 
 

@@ -10,9 +10,9 @@ from typing import Any
 import httpx2
 import mcp_types as types
 
-from gateway.approvals.broker import Decision
+from gateway.core.approvals.broker import Decision
+from gateway.core.tokens import Purpose
 from gateway.mcp_door import McpDoor
-from gateway.tokens import Purpose
 from tests.mcp_door.conftest import DoorLive
 
 REQUIRED = {"required": ["test.write"], "channels": ["elicitation", "control"], "timeout_s": 20}

@@ -6,10 +6,10 @@ import io
 
 from PIL import Image
 
+from gateway.core.png import png_size
+from gateway.core.results import ToolError, ToolResult, ToolStatus
 from gateway.mcp_door.images import MAX_PIXELS, MAX_SIDE, fit_png, image_artifact
 from gateway.mcp_door.rendering import model_text, render
-from gateway.png import png_size
-from gateway.results import ToolError, ToolResult, ToolStatus
 
 SNAPSHOT = '- heading "Home" [level=1] [ref=s1.e1]\n- button "Save \\"now\\"" [ref=s1.e2]'
 

@@ -14,8 +14,8 @@ from typing import Any
 import mcp_types as types
 import pytest
 
-from gateway.approvals.broker import ApprovalRefused, Decision
-from gateway.tokens import Purpose
+from gateway.core.approvals.broker import ApprovalRefused, Decision
+from gateway.core.tokens import Purpose
 from tests.mcp_door.conftest import DoorLive
 
 BEYOND = {
@@ -136,7 +136,7 @@ async def test_the_desk_refuses_an_elicited_answer_a_form_may_not_give(
 
 
 def _mcp() -> Any:
-    from gateway.results import Door
+    from gateway.core.results import Door
 
     return Door.MCP
 

@@ -20,7 +20,7 @@ from gateway.sandbox.local import LocalProvider, LocalSandbox
 from gateway.sandbox.service import Sandboxes
 from gateway.settings import Settings
 from gateway.testing import LiveGateway, live_gateway, test_settings
-from gateway.testing.incus import IncusUnavailable, incus_daemon, remove_deployment
+from tests.servers.incus import IncusUnavailable, incus_daemon, remove_deployment
 
 PROBE_APP = Path(__file__).with_name("probe_app.py")
 

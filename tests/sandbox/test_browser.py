@@ -15,12 +15,12 @@ import pytest
 import pytest_asyncio
 
 from gateway.browser import BrowserProcesses
-from gateway.identity import TaskIdentity
-from gateway.results import Door, ToolResult
+from gateway.core.identity import TaskIdentity
+from gateway.core.results import Door, ToolResult
+from gateway.core.tasks.service import TaskCreate
 from gateway.sandbox.local import LocalSandbox, sandbox_processes
 from gateway.sandbox.provider import SandboxState
 from gateway.sandbox.service import Sandboxes
-from gateway.tasks import TaskCreate
 from gateway.testing import LiveGateway, live_gateway
 from tests.browser.conftest import task_chromium
 from tests.sandbox.conftest import AppRepo, provision_body, sandbox_settings

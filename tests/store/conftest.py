@@ -1,4 +1,4 @@
-"""A real S3-compatible server for the artifact tests: moto's server (gateway.testing.s3),
+"""A real S3-compatible server for the artifact tests: moto's server (tests.servers.s3),
 in a process of its own on a loopback port for the session, a fresh bucket per test, and
 AWS credentials that are dummies (moto accepts any) so nothing of the developer's own AWS
 setup is ever used."""
@@ -16,7 +16,7 @@ import pytest
 
 from gateway.settings import Settings
 from gateway.testing import test_settings
-from gateway.testing.s3 import AWS_VARIABLES_TO_DROP, REGION, dummy_aws_env, moto_server
+from tests.servers.s3 import AWS_VARIABLES_TO_DROP, REGION, dummy_aws_env, moto_server
 
 
 @pytest.fixture(scope="session")

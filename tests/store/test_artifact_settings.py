@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
+from gateway.core.store.objects import LocalObjects, S3Objects, object_store
 from gateway.settings import Settings
-from gateway.store.objects import LocalObjects, S3Objects, object_store
 
 
 def test_unset_or_empty_means_the_data_dir(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
+from gateway.core.store import writer
+from gateway.core.store.database import Store
 from gateway.settings import Settings
-from gateway.store import writer
-from gateway.store.database import Store
 from gateway.testing import test_settings
 from gateway.testing.waiting import until
 from tests.core_fixtures import started

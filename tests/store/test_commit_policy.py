@@ -1,4 +1,4 @@
-"""The store's one commit policy (gateway/store/commit.py) on a real SQLite database: a
+"""The store's one commit policy (gateway/core/store/commit.py) on a real SQLite database: a
 database locked by someone else is waited for, given way to, or failed as the caller asks;
 one caller's bad rows fail that caller alone; a transaction that fails is never half
 stored."""
@@ -15,11 +15,11 @@ from typing import Any
 import pytest
 from sqlalchemy import create_engine
 
-from gateway.errors import StorageError
-from gateway.store import schema, sqlite
-from gateway.store.commit import Busy, Fixed, GaveWay, attempt, failure, write_parts
-from gateway.store.database import Store
-from gateway.store.statements import Row, Statements
+from gateway.core.errors import StorageError
+from gateway.core.store import schema, sqlite
+from gateway.core.store.commit import Busy, Fixed, GaveWay, attempt, failure, write_parts
+from gateway.core.store.database import Store
+from gateway.core.store.statements import Row, Statements
 
 Outcomes = list[StorageError | None]
 

@@ -9,9 +9,9 @@ import os
 import stat
 from typing import Any
 
-from gateway.identity import TaskIdentity
+from gateway.core.identity import TaskIdentity
+from gateway.core.store.objects import CHUNK_BYTES
 from gateway.settings import Settings
-from gateway.store.objects import CHUNK_BYTES
 from tests.conftest import Live, LiveFactory
 
 

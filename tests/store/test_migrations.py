@@ -13,11 +13,11 @@ from pathlib import Path
 import pytest
 from sqlalchemy import create_engine, inspect
 
-from gateway.errors import TokenRevoked
-from gateway.results import Door
+from gateway.core.errors import TokenRevoked
+from gateway.core.results import Door
+from gateway.core.store import migrate, schema
+from gateway.core.tokens import Purpose
 from gateway.settings import Settings
-from gateway.store import migrate, schema
-from gateway.tokens import Purpose
 from tests.core_fixtures import new_task, started
 from tests.first_release import reduce_to_first_release
 from tests.test_pipeline import Calls, install_tools
@@ -95,7 +95,9 @@ def test_the_migrated_schema_is_the_one_the_code_uses(settings: Settings) -> Non
 def test_two_processes_migrating_at_once_take_turns(settings: Settings) -> None:
     url = url_of(settings)
     Path(settings.data_dir).mkdir(parents=True, exist_ok=True)
-    program = "import sys; from gateway.store.migrate import upgrade; print(upgrade(sys.argv[1]))"
+    program = (
+        "import sys; from gateway.core.store.migrate import upgrade; print(upgrade(sys.argv[1]))"
+    )
     racers = [
         subprocess.Popen(
             [sys.executable, "-c", program, url], stdout=subprocess.PIPE, stderr=subprocess.PIPE

@@ -16,13 +16,13 @@ import pytest
 from pydantic import BaseModel
 from sqlalchemy import text
 
-from gateway.errors import ArtifactMissing, StorageError
-from gateway.identity import TaskIdentity
-from gateway.registry import Tool, ToolContext
-from gateway.results import Door
+from gateway.core.errors import ArtifactMissing, StorageError
+from gateway.core.identity import TaskIdentity
+from gateway.core.registry import Tool, ToolContext
+from gateway.core.results import Door
+from gateway.core.store.objects import CHUNK_BYTES
 from gateway.runtime import Gateway
 from gateway.settings import Settings
-from gateway.store.objects import CHUNK_BYTES
 from tests.conftest import Live, LiveFactory
 from tests.store.conftest import PREFIX, Bucket
 

@@ -22,20 +22,20 @@ from prometheus_client import generate_latest
 from pydantic import BaseModel
 from sqlalchemy import make_url, select
 
-from gateway.errors import StorageError
+from gateway.core.errors import StorageError
+from gateway.core.registry import Tool, ToolContext
+from gateway.core.results import Door, ErrorCode, ToolStatus
+from gateway.core.store import schema, writer
+from gateway.core.store.config import StoreConfig
+from gateway.core.store.database import Store, sqlite_url
+from gateway.core.tokens import Purpose
 from gateway.mcp_door.rendering import model_text
-from gateway.registry import Tool, ToolContext
-from gateway.results import Door, ErrorCode, ToolStatus
 from gateway.runtime import Gateway
 from gateway.settings import Settings
-from gateway.store import schema, writer
-from gateway.store.config import StoreConfig
-from gateway.store.database import Store, sqlite_url
 from gateway.testing import live_gateway
 from gateway.testing.agents import bridge_client
 from gateway.testing.control import GatewayTask
 from gateway.testing.waiting import until
-from gateway.tokens import Purpose
 from tests.core_fixtures import new_task, started
 
 BOUND_S = 60.0  # a wait in the test that should end soon; only a broken gateway hits it

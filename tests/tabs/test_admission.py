@@ -17,11 +17,11 @@ from typing import Any
 
 import pytest
 
-from gateway.identity import TaskIdentity
-from gateway.results import Door, ErrorCode, ToolResult, ToolStatus
+from gateway.core.identity import TaskIdentity
+from gateway.core.results import Door, ErrorCode, ToolResult, ToolStatus
+from gateway.core.tokens import Purpose
 from gateway.tabs import ShowRunProgress, TabConfig, TabOutcome
 from gateway.testing.waiting import until
-from gateway.tokens import Purpose
 from tests.tabs.conftest import DASHBOARD, RawTab, TabGateway, _start
 
 Factory = Callable[..., Any]

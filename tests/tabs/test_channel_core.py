@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from gateway.results import ToolStatus
+from gateway.core.results import ToolStatus
 from gateway.tabs.actions import OpenView, PopulateDraft, ReadView, ShowRunProgress
 from gateway.tabs.channel import (
     CancelCall,

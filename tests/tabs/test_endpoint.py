@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 from websockets.exceptions import InvalidStatus
 
-from gateway.results import Door, ToolStatus
+from gateway.core.results import Door, ToolStatus
+from gateway.core.tokens import Purpose
 from gateway.tabs import ReadView, ShowRunProgress
-from gateway.tokens import Purpose
 from tests.tabs.conftest import DASHBOARD, TabGateway, open_tab
 
 Factory = Callable[..., Any]

@@ -9,9 +9,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from gateway.results import Door
+from gateway.core.results import Door
+from gateway.core.tokens import Purpose
 from gateway.runtime import Gateway
-from gateway.tokens import Purpose
 from tests.tabs.conftest import DASHBOARD, TabGateway, _start
 
 Factory = Callable[..., Any]

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from gateway.errors import ToolFailure
-from gateway.results import ToolStatus
+from gateway.core.errors import ToolFailure
+from gateway.core.results import ToolStatus
 from gateway.workspace import Workspace, files
 
 SECRET = "outside-secret-contents"

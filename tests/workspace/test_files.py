@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from gateway.errors import ToolFailure
+from gateway.core.errors import ToolFailure
 from gateway.workspace import Workspace, files
 
 

@@ -9,8 +9,8 @@ import pytest
 from pydantic import ValidationError
 
 from gateway import workspace
-from gateway.identity import Actor, Sandbox, TaskIdentity
-from gateway.results import Door
+from gateway.core.identity import Actor, Sandbox, TaskIdentity
+from gateway.core.results import Door
 from gateway.runtime import Gateway
 from gateway.settings import Settings
 from gateway.workspace import workspace_dir

@@ -1,0 +1,14 @@
+"""Asking a person: when a call exceeds its task's grant, or the product requires it.
+
+A task's control plane lists, at creation, what always needs a person (`required`) and
+what a person may grant beyond the task's scopes (`grantable`, by the task's own user or by
+the control plane only). A call to one of those becomes an approval request instead of
+running or being denied; anything else outside the grant stays denied, with no prompt.
+A person answers through a channel the agent cannot reach: the dashboard tab (an element
+the shim owns), the control plane's endpoint, or the agent's client by MCP elicitation.
+
+The task's policy is `gateway/core/approval_policy.py` (captured with its identity, below the
+registry, so it imports nothing of the gateway); here `broker.py` stores, delivers and
+awaits the requests (each asked as one `question.py` `Question`), `channels.py` says
+which channel may answer what, and `prompt.py` is the tool a product's agent asks with.
+"""

@@ -1,0 +1,639 @@
+"""Approval requests: stored under the task's owner, delivered, answered once, awaited.
+
+`ask` stores a request (tool, the digest of the validated input, a text-only summary, the
+door, the call, its expiry), delivers it to the task's channels, and waits for its one
+outcome: approved (the call runs with exactly the input approved), denied, expired, or
+cancelled (the caller went away, or the task ended). `decide` takes an answer from a
+channel; the store's conditional update makes the first answer the only one, so a second
+answer, a replay, or an answer after expiry is refused. Every request and decision is
+evidence: who, when, through which channel, for which input digest.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hmac
+import json
+import logging
+import secrets
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from gateway.core.approval_policy import Approver, Channel, Need, Reason, may_answer
+from gateway.core.approvals.question import Question
+from gateway.core.errors import GatewayError, InvalidInput, NotFound, QuotaExceeded, ToolFailure
+from gateway.core.evidence import EventLog
+from gateway.core.identity import TaskIdentity
+from gateway.core.ids import new_id
+from gateway.core.ports import Elicit
+from gateway.core.registry import ProgressFn
+from gateway.core.results import Door, ErrorCode, ToolStatus
+from gateway.core.store.database import Store
+
+log = logging.getLogger(__name__)
+
+Status = Literal["pending", "approved", "denied", "expired", "cancelled"]
+SUMMARY_CHARS = 2000
+# How often a waiting call tells its client it is still waiting (MCP progress).
+KEEPALIVE_S = 10.0
+# Requests one task may have waiting at once: each is a row, evidence and a panel in the
+# person's tab, and no person answers dozens at once.
+MAX_PENDING_PER_TASK = 16
+
+
+class ApprovalConflict(GatewayError):
+    """The request is already decided, expired, or not answerable this way."""
+
+    code = ErrorCode.CONFLICT
+    http_status = 409
+
+
+class ApprovalRefused(GatewayError):
+    """This channel or person may not answer this request."""
+
+    code = ErrorCode.FORBIDDEN
+    http_status = 403
+    tool_status = ToolStatus.DENIED
+
+
+@dataclass(frozen=True)
+class Decision:
+    decision: Literal["approve", "deny"]
+    scope: Literal["call", "task"] = "call"
+    approver_id: str = ""
+    approver_role: str = ""
+    channel: Channel = "control"
+    message: str | None = None
+
+    def public(self) -> dict[str, Any]:
+        return {
+            "decision": self.decision,
+            "scope": self.scope,
+            "approver": {"id": self.approver_id, "role": self.approver_role},
+            "channel": self.channel,
+            "message": self.message,
+        }
+
+
+@dataclass
+class ApprovalRequest:
+    id: str
+    task_id: str
+    org_id: str
+    call_id: str
+    tool: str
+    door: str
+    input_sha256: str
+    summary: str
+    details: dict[str, Any]
+    by: Approver
+    channels: tuple[Channel, ...]
+    created_at: float
+    expires_at: float
+    status: Status = "pending"
+    decision: Decision | None = None
+    # One-time, for the tab: an answer must carry it, and it is spent with the answer.
+    nonce: str = field(default_factory=lambda: secrets.token_urlsafe(18))
+    reason: Reason = "beyond the grant"
+
+    @property
+    def need(self) -> Need:
+        return Need(self.by, self.reason)
+
+    def may_answer(self, channel: Channel, scope: str = "call") -> bool:
+        """Whether this task's policy and the need let `channel` settle the request with
+        an answer of `scope`."""
+        return channel in self.channels and may_answer(channel, self.need, scope)
+
+    @property
+    def answerable_in_tab(self) -> bool:
+        # A call made through the tab's own WebMCP door is not approved in that same tab:
+        # an agent driving the page can press its buttons.
+        return self.may_answer("tab") and self.door != Door.WEBMCP
+
+    def shown(self) -> dict[str, Any]:
+        """What the tab shows: text only, and the nonce only where the tab may answer."""
+        answerable = self.answerable_in_tab
+        view: dict[str, Any] = {
+            "id": self.id,
+            "tool": self.tool,
+            "summary": self.summary,
+            "details": self.details,
+            "by": self.by,
+            "reason": self.reason,
+            "answerable": answerable,
+            "status": self.status,
+            "expires_at": self.expires_at,
+        }
+        if answerable and self.status == "pending":
+            view["nonce"] = self.nonce
+        return view
+
+    def public(self) -> dict[str, Any]:
+        return {
+            "approval_id": self.id,
+            "task_id": self.task_id,
+            "call_id": self.call_id,
+            "tool": self.tool,
+            "door": self.door,
+            "input_sha256": self.input_sha256,
+            "summary": self.summary,
+            "details": self.details,
+            "by": self.by,
+            "channels": list(self.channels),
+            "status": self.status,
+            "reason": self.reason,
+            "created_at": self.created_at,
+            "expires_at": self.expires_at,
+            "decision": self.decision.public() if self.decision else None,
+        }
+
+
+def _cancelled(message: str) -> ToolFailure:
+    return ToolFailure(ToolStatus.FAILED, ErrorCode.CANCELLED, message)
+
+
+Listener = Callable[[ApprovalRequest], None]
+
+
+class Approvals:
+    def __init__(
+        self,
+        store: Store,
+        events: EventLog,
+        *,
+        clock: Callable[[], float] = time.time,
+        max_pending_per_task: int = MAX_PENDING_PER_TASK,
+    ) -> None:
+        self.store = store
+        self.max_pending_per_task = max_pending_per_task
+        self.events = events
+        self._clock = clock
+        self._pending: dict[str, ApprovalRequest] = {}
+        # The request's row and its evidence, being committed while the request is already
+        # on its way to the person.
+        self._stored: dict[str, asyncio.Future[None]] = {}
+        self._identities: dict[str, TaskIdentity] = {}
+        self._waiters: dict[str, asyncio.Future[ApprovalRequest]] = {}
+        self._grants: dict[str, dict[str, dict[str, Any]]] = {}
+        self._listeners: list[Listener] = []
+        self._granting = asyncio.Lock()
+
+    async def recover(self) -> None:
+        """At start: requests a stopped process left pending are cancelled (their calls are
+        gone with it)."""
+        closed = await self.store.close_orphaned_approvals(self._clock())
+        if closed:
+            log.info("%d approvals left pending by the last run were cancelled", closed)
+
+    def on_change(self, listener: Listener) -> None:
+        """Hear of every request when it is made and when it closes, whatever the outcome
+        (the tab hub shows it in the task's tab, then takes it away)."""
+        self._listeners.append(listener)
+
+    def _tell(self, request: ApprovalRequest) -> None:
+        for listener in list(self._listeners):
+            try:
+                listener(request)
+            except Exception:
+                log.exception("an approval listener failed")
+
+    # -- grants for the task ----------------------------------------------------------
+
+    async def _task_grants(self, task_id: str) -> dict[str, dict[str, Any]]:
+        grants = self._grants.get(task_id)
+        if grants is None:
+            grants = self._grants[task_id] = await self.store.task_grants(task_id)
+        return grants
+
+    async def granted(self, task_id: str, tool: str, need: Need) -> dict[str, Any] | None:
+        """What a person granted for the rest of the task that answers exactly this need of
+        this tool, if anything: filed under the need, and given for the party it names (a
+        grant of the tool's own ask never opens the gate in front of the tool, an actor's
+        grant never a control need)."""
+        grant = (await self._task_grants(task_id)).get(need.grant_key(tool))
+        if grant is None or grant.get("need") != need.public():
+            return None
+        return grant
+
+    async def _all_grants(self, task_id: str) -> dict[str, dict[str, Any]]:
+        cached = self._grants.get(task_id)
+        return dict(cached) if cached is not None else await self.store.task_grants(task_id)
+
+    async def grants(self, task_id: str) -> dict[str, dict[str, Any]]:
+        """The tools granted for the rest of the task (the gate in front of each), by id."""
+        return {k: v for k, v in (await self._all_grants(task_id)).items() if "/" not in k}
+
+    async def granted_asks(self, task_id: str) -> list[dict[str, Any]]:
+        """The tools' own asks granted for the rest of the task: each tool still passes
+        its gate as its grant says, and only the ask is not asked again."""
+        return [
+            {"tool": key.split("/", 1)[0], **grant}
+            for key, grant in (await self._all_grants(task_id)).items()
+            if "/" in key
+        ]
+
+    # -- asking -----------------------------------------------------------------------
+
+    async def ask(self, question: Question) -> ApprovalRequest:
+        """Store, deliver and await one request; the approved request, or a ToolFailure.
+
+        `summary` and `details` are redacted here, once, on evidence's rules, before the
+        request is stored, shown or sent anywhere; `secret_values` (the call's secret input
+        fields) are taken out of them first."""
+        identity, need, tool, door = question.identity, question.need, question.tool, question.door
+        policy = identity.approvals
+        call_id, input_digest, summary = question.call_id, question.input_digest, question.summary
+        details, secret_values = question.details, question.secret_values
+        cancel, progress, elicit = question.cancel, question.progress, question.elicit
+        waiting = sum(r.status == "pending" for r in self.pending(identity.task_id))
+        if waiting >= self.max_pending_per_task:
+            # Nothing is stored or shown: the call ends here, and a retry once one of
+            # the task's requests is answered can be asked.
+            raise QuotaExceeded(
+                f"this task already has {waiting} approvals waiting for a person, its "
+                f"limit; {tool} was not asked for and did not run",
+                details={
+                    "quota": "pending_approvals",
+                    "limit": self.max_pending_per_task,
+                    "current": waiting,
+                    "adding": 1,
+                },
+            )
+        now = self._clock()
+        request = ApprovalRequest(
+            id=new_id("apr"),
+            task_id=identity.task_id,
+            org_id=identity.org_id,
+            call_id=call_id,
+            tool=tool,
+            door=door.value,
+            input_sha256=input_digest,
+            summary=self._redacted(_text_only(summary), secret_values),
+            details=self._redacted(details or {}, secret_values),
+            by=need.by,
+            channels=policy.channels,
+            created_at=now,
+            expires_at=now + policy.timeout_s,
+            reason=need.reason,
+        )
+        # Queued now, before anyone can answer: the store's writer keeps order, so any
+        # decision finds the row.
+        stored = self.store.enqueue_approval(
+            {**request.public(), "org_id": request.org_id},
+            request.nonce,
+            [self._row(identity, "approval.requested", request, {"reason": need.reason})],
+        )
+        self._stored[request.id] = stored
+        self._identities[request.id] = identity
+        self._pending[request.id] = request
+        waiter: asyncio.Future[ApprovalRequest] = asyncio.get_running_loop().create_future()
+        self._waiters[request.id] = waiter
+        # Shown first, stored meanwhile: the commit overlaps the way to the person.
+        self._tell(request)
+        try:
+            await asyncio.shield(stored)
+        except BaseException:
+            self._forget(request.id)
+            self._tell_closed(request, "cancelled")
+            raise
+        helpers = []
+        # The door offers only what its channel may answer (a form inside the grant, else a
+        # link to a person's page), and an elicited answer outside the rule is refused.
+        if elicit is not None and "elicitation" in request.channels:
+            helpers.append(asyncio.ensure_future(self._elicit(identity, request, elicit)))
+        try:
+            await self._wait(identity, request, waiter, cancel, progress)
+        finally:
+            for helper in helpers:
+                helper.cancel()
+            self._forget(request.id)
+        return request
+
+    def _redacted(self, value: Any, secret_values: Iterable[str]) -> Any:
+        hidden = sorted({v for v in secret_values if v}, key=len, reverse=True)
+        return self.events.redactor.value(_without(value, hidden))
+
+    def _forget(self, approval_id: str) -> None:
+        self._waiters.pop(approval_id, None)
+        self._pending.pop(approval_id, None)
+        self._stored.pop(approval_id, None)
+        self._identities.pop(approval_id, None)
+
+    def _tell_closed(self, request: ApprovalRequest, status: Status) -> None:
+        request.status = status
+        self._tell(request)
+
+    async def _wait(
+        self,
+        identity: TaskIdentity,
+        request: ApprovalRequest,
+        waiter: asyncio.Future[ApprovalRequest],
+        cancel: asyncio.Event | None,
+        progress: ProgressFn | None,
+    ) -> None:
+        stop: asyncio.Future[Any] | None = (
+            asyncio.ensure_future(cancel.wait()) if cancel is not None else None
+        )
+        try:
+            while not waiter.done():
+                left = request.expires_at - self._clock()
+                if left <= 0:
+                    break
+                waiting: list[asyncio.Future[Any]] = [waiter] if stop is None else [waiter, stop]
+                await asyncio.wait(
+                    waiting,
+                    timeout=min(left, KEEPALIVE_S),
+                    return_when=asyncio.FIRST_COMPLETED,
+                )
+                if stop is not None and stop.done():
+                    break
+                if not waiter.done() and progress is not None:
+                    with contextlib.suppress(Exception):
+                        await progress(0, None, f"waiting for a person to approve {request.tool}")
+        except asyncio.CancelledError:
+            await asyncio.shield(self._close(identity, request, "cancelled"))
+            raise
+        finally:
+            if stop is not None:
+                stop.cancel()
+        if not waiter.done():
+            cancelled = stop is not None and cancel is not None and cancel.is_set()
+            if await self._close(identity, request, "cancelled" if cancelled else "expired"):
+                if cancelled:
+                    raise _cancelled("the caller cancelled the call")
+                raise ToolFailure(
+                    ToolStatus.TIMEOUT,
+                    ErrorCode.APPROVAL_TIMEOUT,
+                    f"no one answered the approval for {request.tool} in time",
+                    retryable=True,
+                    details={"approval_id": request.id},
+                )
+            # An answer won the race to the store: its outcome is the one.
+            await waiter
+        self._outcome(waiter.result())
+
+    @staticmethod
+    def _outcome(decided: ApprovalRequest) -> None:
+        """Return if approved; else the call's terminal failure."""
+        if decided.status == "approved":
+            return
+        if decided.status == "cancelled":
+            raise _cancelled("the approval was cancelled (the task ended)")
+        message = decided.decision.message if decided.decision else None
+        raise ToolFailure(
+            ToolStatus.DENIED,
+            ErrorCode.APPROVAL_DENIED,
+            f"a person declined {decided.tool}" + (f": {message}" if message else ""),
+            details={"approval_id": decided.id},
+        )
+
+    async def _elicit(
+        self, identity: TaskIdentity, request: ApprovalRequest, elicit: Elicit
+    ) -> None:
+        try:
+            answer = await elicit(request.public())
+            if answer is not None:
+                decision, scope = answer
+                await self.answer(
+                    identity, request.id, decision=decision, scope=scope, channel="elicitation"
+                )
+        except GatewayError as exc:
+            log.info("an elicited answer to %s was refused: %s", request.id, exc)
+        except Exception as exc:
+            # The client could not be asked (no back channel, it went away): the other
+            # channels still can answer.
+            log.info("elicitation for %s failed: %r", request.id, exc)
+
+    async def _close(
+        self, identity: TaskIdentity, request: ApprovalRequest, status: Status
+    ) -> bool:
+        """End a request without a decision (expired, cancelled), if it is still pending."""
+        closed = self._row(identity, "approval.closed", request, {"status": status})
+        if not await self.store.settle_approval(request.id, status, None, self._clock(), [closed]):
+            return False
+        self._tell_closed(request, status)
+        return True
+
+    # -- answering --------------------------------------------------------------------
+
+    def pending(self, task_id: str) -> list[ApprovalRequest]:
+        return [r for r in self._pending.values() if r.task_id == task_id]
+
+    def task_ids(self) -> set[str]:
+        """Tasks this desk holds anything for (a pending request, cached grants)."""
+        return {r.task_id for r in self._pending.values()} | set(self._grants)
+
+    def find(self, approval_id: str) -> ApprovalRequest | None:
+        return self._pending.get(approval_id)
+
+    async def decide(
+        self,
+        identity: TaskIdentity,
+        approval_id: str,
+        decision: Decision,
+        *,
+        nonce: str | None = None,
+    ) -> ApprovalRequest:
+        """One answer for a request of the task `identity` names. From the tab or the
+        agent's client, the approver is the task's own user, whatever the answer says."""
+        task_id = identity.task_id
+        request = self._pending.get(approval_id)
+        if request is None or request.task_id != task_id:
+            stored = next(
+                (
+                    a
+                    for a in await self.store.approvals_of(task_id)
+                    if a["approval_id"] == approval_id
+                ),
+                None,
+            )
+            if stored is not None:
+                raise ApprovalConflict(f"the approval is {stored['status']}, not pending")
+            raise NotFound("no such approval for this task")
+        if self._clock() >= request.expires_at:
+            raise ApprovalConflict("the approval has expired")
+        if decision.channel not in request.channels:
+            raise ApprovalRefused(
+                f"this task's approvals are not answered through {decision.channel}"
+            )
+        if not request.may_answer(decision.channel, decision.scope):
+            if request.by == "control":
+                raise ApprovalRefused("this approval is for the control plane to give")
+            if decision.channel == "elicitation":
+                raise ApprovalRefused(
+                    "a form at the agent's client may confirm one call inside the grant, "
+                    "nothing more"
+                )
+            raise ApprovalRefused(
+                f"an answer through {decision.channel} may not widen the task's grant"
+            )
+        if decision.channel != "control":
+            if decision.channel == "tab":
+                if not request.answerable_in_tab:
+                    raise ApprovalRefused("this approval is not answered in this tab")
+                if nonce is None or not hmac.compare_digest(nonce, request.nonce):
+                    raise ApprovalRefused("the answer does not carry this request's nonce")
+            decision = Decision(
+                decision.decision,
+                decision.scope,
+                identity.actor.id,
+                identity.actor.role,
+                decision.channel,
+                decision.message,
+            )
+        status: Status = "approved" if decision.decision == "approve" else "denied"
+        if status == "approved" and decision.scope == "task":
+            # One at a time: whether the need is granted already is read and the grant
+            # written in one turn, so two answers "for this task" never both write it.
+            async with self._granting:
+                await self._settle(identity, request, decision, status, grants=True)
+        else:
+            await self._settle(identity, request, decision, status, grants=False)
+        waiter = self._waiters.get(approval_id)
+        if waiter is not None and not waiter.done():
+            waiter.set_result(request)
+        return request
+
+    async def _settle(
+        self,
+        identity: TaskIdentity,
+        request: ApprovalRequest,
+        decision: Decision,
+        status: Status,
+        *,
+        grants: bool,
+    ) -> None:
+        task_id = identity.task_id
+        public = decision.public()
+        rows = [self._row(identity, "approval.decided", request, {**public, "status": status})]
+        key = request.need.grant_key(request.tool)
+        held: dict[str, dict[str, Any]] | None = None
+        grant = None
+        if grants:
+            # Read from the store, not this node's cache: the task may have had another
+            # owner since the cache was filled.
+            held = await self.store.task_grants(task_id)
+            if key not in held:
+                grant = {
+                    "approval_id": request.id,
+                    "by": public["approver"],
+                    "at": self._clock(),
+                    "need": request.need.public(),
+                }
+                rows.append(self.store.grant_row(task_id, key, grant))
+            # else: granted already, by an answer to another of the task's requests; this
+            # one approves its own call and the first grant stands.
+        if not await self.store.settle_approval(request.id, status, public, self._clock(), rows):
+            raise ApprovalConflict("the approval is already decided")
+        request.status, request.decision = status, decision
+        request.nonce = ""  # spent
+        if held is not None:
+            self._grants[task_id] = {**held, **({key: grant} if grant is not None else {})}
+        self._tell(request)
+
+    async def answer(
+        self,
+        identity: TaskIdentity,
+        approval_id: str,
+        *,
+        decision: str,
+        scope: str,
+        channel: str,
+        nonce: str | None = None,
+        message: str | None = None,
+    ) -> None:
+        """`decide` from a channel's plain words (the tab's frame, an elicitation form)."""
+        if decision not in ("approve", "deny") or scope not in ("call", "task"):
+            raise InvalidInput("decision is approve or deny; scope is call or task")
+        if channel not in ("tab", "elicitation"):
+            raise ApprovalRefused(f"answers through {channel!r} go to the control endpoint")
+        await self.decide(
+            identity,
+            approval_id,
+            Decision(
+                decision,  # type: ignore[arg-type]
+                scope,  # type: ignore[arg-type]
+                channel=channel,  # type: ignore[arg-type]
+                message=message,
+            ),
+            nonce=nonce,
+        )
+
+    async def task_ended(self, task_id: str, _reason: str) -> None:
+        """Ending the task cancels its pending approvals."""
+        for request in self.pending(task_id):
+            stored = self._stored.get(request.id)
+            if stored is not None:
+                with contextlib.suppress(Exception):
+                    await asyncio.shield(stored)
+            identity = self._identities.get(request.id)
+            rows = (
+                [self._row(identity, "approval.closed", request, {"status": "cancelled"})]
+                if identity is not None
+                else []
+            )
+            if await self.store.settle_approval(request.id, "cancelled", None, self._clock(), rows):
+                self._tell_closed(request, "cancelled")
+                waiter = self._waiters.get(request.id)
+                if waiter is not None and not waiter.done():
+                    waiter.set_result(request)
+        self._grants.pop(task_id, None)
+
+    async def listing(self, task_id: str) -> list[dict[str, Any]]:
+        # A request is shown while its row is being committed: a listing waits for the
+        # rows of the task's pending requests, so what a tab shows is always listed.
+        storing = [self._stored[r.id] for r in self.pending(task_id) if r.id in self._stored]
+        await asyncio.gather(*(asyncio.shield(f) for f in storing), return_exceptions=True)
+        return await self.store.approvals_of(task_id)
+
+    def _row(
+        self, identity: TaskIdentity, kind: str, request: ApprovalRequest, data: dict[str, Any]
+    ) -> tuple[Any, dict[str, Any]]:
+        """Evidence of a request or its outcome, committed with the change it records."""
+        _, row = self.events.row(
+            identity,
+            kind,
+            {
+                "approval_id": request.id,
+                "call_id": request.call_id,
+                "tool": request.tool,
+                "door": request.door,
+                "input_sha256": request.input_sha256,
+                "by": request.by,
+                "status": request.status,
+                **data,
+            },
+        )
+        return row
+
+
+def _without(value: Any, hidden: list[str], depth: int = 0) -> Any:
+    """`value` with each of the `hidden` strings, wherever they occur, made `[secret]`."""
+    if not hidden or depth > 64:
+        return value
+    if isinstance(value, str):
+        for secret in hidden:
+            value = value.replace(secret, "[secret]")
+        return value
+    if isinstance(value, dict):
+        return {k: _without(v, hidden, depth + 1) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_without(v, hidden, depth + 1) for v in value]
+    return value
+
+
+def _text_only(summary: str) -> str:
+    """What a person reads: plain text, bounded, no control characters but newlines."""
+    cleaned = "".join(ch for ch in summary if ch == "\n" or ch.isprintable())
+    return cleaned[:SUMMARY_CHARS]
+
+
+def default_summary(title: str, tool: str, validated_input: Any) -> str:
+    shown = json.dumps(validated_input, ensure_ascii=False, sort_keys=True)
+    if len(shown) > 600:
+        shown = shown[:600] + "…"
+    return f"{title} ({tool}) with {shown}"

@@ -1,0 +1,2 @@
+"""Tasks: their life (`service`), their quota of concurrent tasks per owner (`quota`) and
+the log of their lifecycle events (`log`)."""
