@@ -49,6 +49,31 @@ def secret_values(call: Call) -> list[str]:
     return found
 
 
+def question(
+    call: Call,
+    asking: Asking,
+    need: Need,
+    digest: str,
+    summary: str,
+    details: dict[str, Any] | None = None,
+) -> Question:
+    """What a person is asked about this call, reaching its caller as the call does."""
+    return Question(
+        call.identity,
+        need=need,
+        call_id=call.call_id,
+        tool=call.tool_name,
+        door=call.door,
+        input_digest=digest,
+        summary=summary,
+        details=details,
+        cancel=asking.cancel,
+        progress=asking.progress,
+        elicit=asking.elicit,
+        secret_values=secret_values(call),
+    )
+
+
 async def approve(
     approvals: Approvals, call: Call, tool: Tool, need: Need, digest: str, asking: Asking
 ) -> None:
@@ -67,21 +92,7 @@ async def approve(
         if tool.approval_summary is not None
         else default_summary(tool.title, tool.name, shown)
     )
-    request = await approvals.ask(
-        Question(
-            call.identity,
-            need=need,
-            call_id=call.call_id,
-            tool=tool.name,
-            door=call.door,
-            input_digest=digest,
-            summary=summary,
-            cancel=asking.cancel,
-            progress=asking.progress,
-            elicit=asking.elicit,
-            secret_values=secret_values(call),
-        )
-    )
+    request = await approvals.ask(question(call, asking, need, digest, summary))
     call.context.evidence["approval"] = {"approval_id": request.id}
     if request.decision is not None:
         call.context.approved_by = request.decision.public()["approver"]
@@ -107,22 +118,7 @@ def asker(
         digest = input_digest(call.input)
         asking.pause.begin()
         try:
-            request = await approvals.ask(
-                Question(
-                    identity,
-                    need=need,
-                    call_id=call.call_id,
-                    tool=call.tool_name,
-                    door=call.door,
-                    input_digest=digest,
-                    summary=summary,
-                    details=details,
-                    cancel=asking.cancel,
-                    progress=asking.progress,
-                    elicit=asking.elicit,
-                    secret_values=secret_values(call),
-                )
-            )
+            request = await approvals.ask(question(call, asking, need, digest, summary, details))
         finally:
             asking.pause.end()
         if call.context is not None:
