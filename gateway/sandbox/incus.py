@@ -5,8 +5,8 @@ For one task it:
 1. checks the spec against the registration (`registration.py`), as every provider does;
 2. writes the commit into `<sandbox dir>/<id>/app` (`checkout.py`), bound into the
    container read-only at `/app`;
-3. creates the container from the gateway's own image (`incus_image.py`, built on first
-   use: no image server), with no network card (loopback only), the host's `/usr` and the
+3. takes a blank container of the warm stock, or makes one (`incus_blanks.py`), from the
+   gateway's own image (`incus_image.py`, built on first use: no image server), with no network card (loopback only), the host's `/usr` and the
    gateway's interpreter read-only, `/data` and `/tmp` as tmpfs of the budget's sizes (the
    kernel refuses a byte more, and their pages count in the container's memory), Incus's
    `limits.memory` and `limits.processes` (the container's cgroup: shared memory, memfds
@@ -39,7 +39,6 @@ import secrets
 import socket
 import sys
 import time
-from collections.abc import Iterable
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -53,10 +52,19 @@ from gateway.core.sandbox_spec import (
     Repository,
 )
 
-from . import incus_image, incus_launcher, incus_readback, manifest, probe, seccomp, tree
+from . import incus_image, incus_launcher, incus_readback, manifest, probe, tree
 from .checkout import extract, resolve_commit
 from .errors import SandboxError, Unhealthy
 from .incus_api import Endpoint, Incus, IncusError
+from .incus_blanks import (
+    APP_SOCKET,
+    KEY,
+    REFUSED_SYSCALLS,
+    Blanks,
+    config_time,
+    read_only,
+    runtime_paths,
+)
 from .provider import Binding, Health, SandboxHandle, SandboxProvider, SandboxState, Teardown
 from .registration import check
 
@@ -72,41 +80,17 @@ PYTHON = "{python}"
 PROBE_INTERVAL_S = 0.05
 WATCH_WAIT_S = 30.0
 GONE_WAIT_S = 30.0
-# A blank of the warm stock is used within this long or replaced (a stock that outlives
-# its gateway, killed, is swept by the next start after twice this).
-STOCK_MAX_AGE_S = 600.0
 # A teardown claimed this long ago and not done is a dead process's: another takes it over.
 CLAIM_STALE_S = 120.0
 # Longer than any provisioning (a registration's ready timeout is at most 600 s).
 PROVISIONING_MAX_S = 900.0
-APP_SOCKET = f"{incus_image.RUN_DIR}/app.sock"
 MIB = 1024 * 1024
-KEY = "user.gateway."
 # Where apps' sockets appear by default: short (a unix socket's path has at most 107
 # bytes) and the same for every node of a cluster on one machine.
 SOCKET_ROOT = "/run/gateway-incus"
 MAX_SOCKET_PATH = 107
 # What the manifest's `enforced_by` names for each mechanism.
 ENFORCERS = ("incus:cgroup", "incus:unprivileged", "incus:no-network", "tmpfs", "rlimit")
-# Refused with ENOSYS (never a kill: runtimes probe some of them and fall back), on top of
-# what Incus refuses by default: the kernel surfaces no provider's app gets (seccomp.py).
-# Memory a jail could not count is counted here by the container's cgroup instead.
-REFUSED_SYSCALLS = seccomp.KERNEL_SURFACES
-_INCUS_DEFAULT_DENY = (
-    "kexec_load",
-    "open_by_handle_at",
-    "init_module",
-    "finit_module",
-    "delete_module",
-)
-
-
-def seccomp_policy() -> str:
-    """The container's seccomp policy, in LXC's denylist form."""
-    lines = ["2", "denylist", "reject_force_umount", "[all]"]
-    lines += [f"{name} errno 38" for name in _INCUS_DEFAULT_DENY]
-    lines += [f"{name} errno 38" for name in REFUSED_SYSCALLS]
-    return "\n".join(lines) + "\n"
 
 
 class IncusSandbox(SandboxHandle):
@@ -188,12 +172,16 @@ class IncusProvider(SandboxProvider):
         # Creates past the slot check that are not in `_live` yet: counted at the check, in
         # the same loop turn, so concurrent creates cannot all pass it.
         self._reserved = 0
-        # Started blank containers no task has had, with when each was made (`warm`).
-        self._stock: list[tuple[str, float]] = []
-        self._filling: asyncio.Future[None] | None = None
         self._prepared = False  # the pool, the profile and the image are there
         # A claim that names this gateway process (a node restarted is another claimant).
         self._claimant = secrets.token_hex(8)
+        self.blanks = Blanks(
+            lambda: self._incus,
+            backend,
+            socket_dir=self.socket_dir,
+            budgets=budgets,
+            claimant=self._claimant,
+        )
 
     # -- the gateway's lifetime ------------------------------------------------------------
 
@@ -220,34 +208,17 @@ class IncusProvider(SandboxProvider):
         self.socket_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
         try:
             await self._prepare_backend()
-            await self._sweep_blanks()
+            await self.blanks.sweep()
         except IncusError as exc:
             log.error("sandboxes on Incus are unavailable for now: %s", exc)
             return
         self._prepared = True
-        self._refill()
-
-    async def _sweep_blanks(self) -> None:
-        """Delete blanks of this deployment that nobody took in twice their lifetime: a
-        killed gateway's stock (a live node's is younger, or already replaced)."""
-        for instance in await self.incus.instances(prefix=self.backend.prefix):
-            config = instance.get("config") or {}
-            if config.get(f"{KEY}deployment") != self.backend.deployment:
-                continue
-            _claimant, _, made = str(config.get(f"{KEY}blank", "")).partition("@")
-            if made and time.time() - _number(made) > 2 * STOCK_MAX_AGE_S:
-                await self._delete_blank(instance["name"])
+        self.blanks.refill()
 
     async def close(self) -> None:
         for handle in list(self._live.values()):
             await self.release(handle)
-        if self._filling is not None:
-            self._filling.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await self._filling
-        stock, self._stock = self._stock, []
-        for name, _made in stock:
-            await self._delete_blank(name)
+        await self.blanks.close()
         if self._incus is not None:
             await self._incus.close()
             self._incus = None
@@ -292,10 +263,10 @@ class IncusProvider(SandboxProvider):
             await asyncio.to_thread(resolve_commit, Path(repository.path), spec.commit)
             # A blank of the warm stock, or one made now under a new name: either way the
             # sandbox is named after its container (its socket is the blank's own).
-            stocked = await self._stocked()
+            stocked = await self.blanks.stocked()
         finally:
             self._reserved -= 1
-        name = stocked or self._new_name()
+        name = stocked or self.blanks.new_name()
         sandbox_id = name.removeprefix(self.backend.prefix)
         handle = IncusSandbox(
             sandbox_id=sandbox_id,
@@ -305,7 +276,7 @@ class IncusProvider(SandboxProvider):
             spec=spec,
             limits=limits,
             folder=self.root / sandbox_id,
-            socket_path=self._socket_of(name),
+            socket_path=self.blanks.socket_of(name),
         )
         self._live[sandbox_id] = handle
         try:
@@ -315,7 +286,7 @@ class IncusProvider(SandboxProvider):
             )
             try:
                 if stocked is None:
-                    await self._create_blank(name)
+                    await self.blanks.create(name)
                 handle.name = name
             finally:
                 checkout = await writing
@@ -351,45 +322,6 @@ class IncusProvider(SandboxProvider):
         handle.watcher = asyncio.ensure_future(self._watch(handle, repository))
         return handle
 
-    async def _stocked(self) -> str | None:
-        """A started blank of the warm stock, if one is ready (stale ones are deleted);
-        the stock is refilled behind the taker's back."""
-        name = None
-        while self._stock:
-            candidate, made = self._stock.pop(0)
-            if time.time() - made < STOCK_MAX_AGE_S:
-                name = candidate
-                break
-            await self._delete_blank(candidate)
-        self._refill()
-        return name
-
-    async def _delete_blank(self, name: str) -> None:
-        with contextlib.suppress(IncusError):
-            await self.incus.delete_forced(name)
-        with contextlib.suppress(OSError):
-            self._socket_of(name).unlink()
-
-    def _socket_of(self, name: str) -> Path:
-        return self.socket_dir / f"{name.removeprefix(self.backend.prefix)}.sock"
-
-    def _new_name(self) -> str:
-        return f"{self.backend.prefix}sbx-{secrets.token_hex(8)}"
-
-    def _refill(self) -> None:
-        if self._filling is None or self._filling.done():
-            self._filling = asyncio.ensure_future(self._fill())
-
-    async def _fill(self) -> None:
-        while self._incus is not None and len(self._stock) < self.backend.warm:
-            name = self._new_name()
-            try:
-                await self._create_blank(name)
-            except IncusError as exc:
-                log.warning("the warm stock of Incus containers is not refilled: %s", exc)
-                return
-            self._stock.append((name, time.time()))
-
     def _write_checkout(self, handle: IncusSandbox, repository: Repository) -> Any:
         handle.folder.mkdir(mode=0o700)
         # The container's root is an unprivileged uid: it reads the checkout as "others".
@@ -401,75 +333,6 @@ class IncusProvider(SandboxProvider):
             max_bytes=self.budgets.checkout_bytes,
             max_files=self.budgets.checkout_files,
         )
-
-    def _runtime_paths(self, paths: Iterable[str]) -> list[str]:
-        kept: list[str] = []
-        for path in dict.fromkeys(os.path.realpath(p) for p in paths):
-            if path == "/usr" or path.startswith("/usr/"):
-                continue  # /usr is mounted whole
-            kept.append(path)
-        return kept
-
-    def _blank(self, name: str) -> dict[str, Any]:
-        """A container as every sandbox starts: what no task decides (the image, the
-        mounts and their sizes, the system-call policy, no user namespaces, the host's
-        programs and the gateway's interpreter read-only)."""
-        uid = incus_image.APP_UID
-        mounts = [
-            "lxc.init.cmd = /init",
-            f"lxc.mount.entry = tmpfs data tmpfs rw,nosuid,nodev,size={self.budgets.data_bytes},"
-            f"nr_inodes={self.budgets.data_entries},uid={uid},gid={uid},mode=0700 0 0",
-            f"lxc.mount.entry = tmpfs tmp tmpfs rw,nosuid,nodev,size={self.budgets.tmp_bytes},"
-            "mode=1777 0 0",
-        ]
-        devices: dict[str, dict[str, str]] = {
-            "usr": _read_only("/usr"),
-            # The app's socket inside, as a socket on this machine: part of the blank, as
-            # a proxy device takes Incus about a second to start.
-            "http": {
-                "type": "proxy",
-                "listen": f"unix:{self._socket_of(name)}",
-                "connect": f"unix:{APP_SOCKET}",
-                "bind": "host",
-                "mode": "0600",
-            },
-        }
-        return {
-            "name": name,
-            "type": "container",
-            "source": {"type": "image", "alias": self.backend.image},
-            "profiles": [self.backend.profile],
-            "config": {
-                "raw.lxc": "\n".join(mounts),
-                "raw.seccomp": seccomp_policy(),
-                "linux.sysctl.user.max_user_namespaces": "0",
-                "security.privileged": "false",
-                "security.nesting": "false",
-                # Until a task's own limits replace it: a blank runs nothing but its init
-                # (its start runs a few hooks in its cgroup).
-                "limits.processes": "16",
-                "limits.memory": "64MiB",
-                f"{KEY}deployment": self.backend.deployment,
-                f"{KEY}blank": f"{self._claimant}@{time.time():.0f}",
-            },
-            "devices": devices,
-        }
-
-    async def _create_blank(self, name: str) -> None:
-        try:
-            await self.incus.create(self._blank(name))
-            await self.incus.change_state(name, "start")
-            # The gateway's interpreter (the launcher runs on it, whatever the app's
-            # command), plugged in once started: mounted at its start, a path of it under
-            # /tmp would be hidden by the container's own /tmp.
-            found, etag = await self.incus.instance(name)
-            devices = dict(found.get("devices") or {})
-            for index, path in enumerate(self._runtime_paths((sys.prefix, sys.base_prefix))):
-                devices[f"python{index}"] = _read_only(path)
-            await self.incus.replace_instance(name, {**found, "devices": devices}, etag=etag)
-        except BaseException:
-            await self._delete_blank(name)
-            raise
 
     async def _bind_container(
         self, handle: IncusSandbox, repository: Repository, commit: str
@@ -489,9 +352,9 @@ class IncusProvider(SandboxProvider):
             config["limits.processes"] = str(limits.processes + 1)  # and the container's init
         config.update(self._binding_config(handle, commit))
         devices = dict(found.get("devices") or {})
-        devices["app"] = {**_read_only(str(handle.checkout)), "path": "/app"}
-        for index, path in enumerate(self._runtime_paths(repository.read_only)):
-            devices[f"runtime{index}"] = _read_only(path)
+        devices["app"] = {**read_only(str(handle.checkout)), "path": "/app"}
+        for index, path in enumerate(runtime_paths(repository.read_only)):
+            devices[f"runtime{index}"] = read_only(path)
         await self.incus.replace_instance(
             handle.name, {**found, "config": config, "devices": devices}, etag=etag
         )
@@ -757,7 +620,7 @@ class IncusProvider(SandboxProvider):
         if f"{KEY}blank" in config:
             return None  # no task's yet
         _holder, _, since = str(config.get(f"{KEY}teardown", "")).partition("@")
-        if since and time.time() - _number(since) < CLAIM_STALE_S:
+        if since and time.time() - config_time(since) < CLAIM_STALE_S:
             return None  # being torn down (a claim older than that is a dead process's)
         try:
             binding = Binding(
@@ -770,7 +633,7 @@ class IncusProvider(SandboxProvider):
             folder, socket_path = Path(config[f"{KEY}folder"]), Path(config[f"{KEY}socket"])
             # Paths this process removes at teardown: only ever a sandbox's own.
             if (
-                socket_path != self._socket_of(instance["name"])
+                socket_path != self.blanks.socket_of(instance["name"])
                 or folder.name != sandbox_id
                 or folder.parent.name != "incus"
                 or not folder.is_absolute()
@@ -789,7 +652,7 @@ class IncusProvider(SandboxProvider):
             )
             handle.manifest = json.loads(config.get(f"{KEY}manifest", "{}"))
             handle.exec_id = config.get(f"{KEY}exec")
-            handle.bound_at = _number(config.get(f"{KEY}bound", ""))
+            handle.bound_at = config_time(config.get(f"{KEY}bound", ""))
             handle.restarts = int(config.get(f"{KEY}restarts", "0"))
         except (KeyError, ValueError) as exc:
             log.warning("container %s has no readable binding: %s", instance.get("name"), exc)
@@ -841,7 +704,7 @@ class IncusProvider(SandboxProvider):
             holder, _, since = str(config.get(f"{KEY}teardown", "")).partition("@")
             if holder == self._claimant:
                 return True
-            if holder and time.time() - _number(since) < CLAIM_STALE_S:
+            if holder and time.time() - config_time(since) < CLAIM_STALE_S:
                 return False
             config[f"{KEY}teardown"] = f"{self._claimant}@{time.time():.0f}"
             try:
@@ -909,19 +772,6 @@ class IncusProvider(SandboxProvider):
             if time.monotonic() >= deadline:
                 return int(state.get("processes") or 0) or 1
             await asyncio.sleep(0.2)
-
-
-def _number(text: str) -> float:
-    """A time written into a container's config; 0 (long ago) when it is not a number."""
-    try:
-        return float(text)
-    except ValueError:
-        return 0.0
-
-
-def _read_only(path: str) -> dict[str, str]:
-    """A host path visible read-only at the same place in the container."""
-    return {"type": "disk", "source": path, "path": path, "readonly": "true"}
 
 
 def incus_reachable(socket_path: str) -> bool:
