@@ -6,13 +6,14 @@ For one task it:
 2. writes the commit into `<sandbox dir>/<id>/app` (`checkout.py`), bound into the
    container read-only at `/app`;
 3. takes a blank container of the warm stock, or makes one (`incus_blanks.py`), from the
-   gateway's own image (`incus_image.py`, built on first use: no image server), with no network card (loopback only), the host's `/usr` and the
-   gateway's interpreter read-only, `/data` and `/tmp` as tmpfs of the budget's sizes (the
-   kernel refuses a byte more, and their pages count in the container's memory), Incus's
-   `limits.memory` and `limits.processes` (the container's cgroup: shared memory, memfds
-   and tmpfs pages included), no user namespaces inside (`user.max_user_namespaces` 0) and
-   a seccomp policy refusing what an app has no need for; the container is unprivileged
-   (its root is an unprivileged host uid) and has an IPC namespace and keyring of its own;
+   gateway's own image (`incus_image.py`, built on first use: no image server), with no
+   network card (loopback only), the host's `/usr` and the gateway's interpreter
+   read-only, `/data` and `/tmp` as tmpfs of the budget's sizes (the kernel refuses a byte
+   more, and their pages count in the container's memory), Incus's `limits.memory` and
+   `limits.processes` (the container's cgroup: shared memory, memfds and tmpfs pages
+   included), no user namespaces inside (`user.max_user_namespaces` 0) and a seccomp
+   policy refusing what an app has no need for; the container is unprivileged (its root is
+   an unprivileged host uid) and has an IPC namespace and keyring of its own;
 4. starts the app with `incus_launcher.py` as the container's `app` user: rlimits set, a
    listening unix socket handed over as standard input; a proxy device makes that socket
    a unix socket on this machine (`<socket dir>/<id>.sock`, mode 0600), which is how the

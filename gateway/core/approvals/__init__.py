@@ -9,6 +9,7 @@ the shim owns), the control plane's endpoint, or the agent's client by MCP elici
 
 The task's policy is `gateway/core/approval_policy.py` (captured with its identity, below the
 registry, so it imports nothing of the gateway); here `broker.py` stores, delivers and
-awaits the requests (each asked as one `question.py` `Question`), `channels.py` says
+awaits the requests (each asked as one `question.py` `Question`; a request and its
+decision are `request.py`, what a person reads of a call `summary.py`), `channels.py` says
 which channel may answer what, and `prompt.py` is the tool a product's agent asks with.
 """

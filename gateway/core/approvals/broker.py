@@ -14,142 +14,37 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hmac
-import json
 import logging
-import secrets
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
-from gateway.core.approval_policy import Approver, Channel, Need, Reason, may_answer
+from gateway.core.approval_policy import Need
 from gateway.core.approvals.question import Question
+from gateway.core.approvals.request import (
+    ApprovalConflict,
+    ApprovalRefused,
+    ApprovalRequest,
+    Decision,
+    Status,
+)
+from gateway.core.approvals.summary import default_summary, text_only, without
 from gateway.core.errors import GatewayError, InvalidInput, NotFound, QuotaExceeded, ToolFailure
 from gateway.core.evidence import EventLog
 from gateway.core.identity import TaskIdentity
 from gateway.core.ids import new_id
 from gateway.core.ports import Elicit
 from gateway.core.registry import ProgressFn
-from gateway.core.results import Door, ErrorCode, ToolStatus
+from gateway.core.results import ErrorCode, ToolStatus
 from gateway.core.store.database import Store
 
 log = logging.getLogger(__name__)
 
-Status = Literal["pending", "approved", "denied", "expired", "cancelled"]
-SUMMARY_CHARS = 2000
 # How often a waiting call tells its client it is still waiting (MCP progress).
 KEEPALIVE_S = 10.0
 # Requests one task may have waiting at once: each is a row, evidence and a panel in the
 # person's tab, and no person answers dozens at once.
 MAX_PENDING_PER_TASK = 16
-
-
-class ApprovalConflict(GatewayError):
-    """The request is already decided, expired, or not answerable this way."""
-
-    code = ErrorCode.CONFLICT
-    http_status = 409
-
-
-class ApprovalRefused(GatewayError):
-    """This channel or person may not answer this request."""
-
-    code = ErrorCode.FORBIDDEN
-    http_status = 403
-    tool_status = ToolStatus.DENIED
-
-
-@dataclass(frozen=True)
-class Decision:
-    decision: Literal["approve", "deny"]
-    scope: Literal["call", "task"] = "call"
-    approver_id: str = ""
-    approver_role: str = ""
-    channel: Channel = "control"
-    message: str | None = None
-
-    def public(self) -> dict[str, Any]:
-        return {
-            "decision": self.decision,
-            "scope": self.scope,
-            "approver": {"id": self.approver_id, "role": self.approver_role},
-            "channel": self.channel,
-            "message": self.message,
-        }
-
-
-@dataclass
-class ApprovalRequest:
-    id: str
-    task_id: str
-    org_id: str
-    call_id: str
-    tool: str
-    door: str
-    input_sha256: str
-    summary: str
-    details: dict[str, Any]
-    by: Approver
-    channels: tuple[Channel, ...]
-    created_at: float
-    expires_at: float
-    status: Status = "pending"
-    decision: Decision | None = None
-    # One-time, for the tab: an answer must carry it, and it is spent with the answer.
-    nonce: str = field(default_factory=lambda: secrets.token_urlsafe(18))
-    reason: Reason = "beyond the grant"
-
-    @property
-    def need(self) -> Need:
-        return Need(self.by, self.reason)
-
-    def may_answer(self, channel: Channel, scope: str = "call") -> bool:
-        """Whether this task's policy and the need let `channel` settle the request with
-        an answer of `scope`."""
-        return channel in self.channels and may_answer(channel, self.need, scope)
-
-    @property
-    def answerable_in_tab(self) -> bool:
-        # A call made through the tab's own WebMCP door is not approved in that same tab:
-        # an agent driving the page can press its buttons.
-        return self.may_answer("tab") and self.door != Door.WEBMCP
-
-    def shown(self) -> dict[str, Any]:
-        """What the tab shows: text only, and the nonce only where the tab may answer."""
-        answerable = self.answerable_in_tab
-        view: dict[str, Any] = {
-            "id": self.id,
-            "tool": self.tool,
-            "summary": self.summary,
-            "details": self.details,
-            "by": self.by,
-            "reason": self.reason,
-            "answerable": answerable,
-            "status": self.status,
-            "expires_at": self.expires_at,
-        }
-        if answerable and self.status == "pending":
-            view["nonce"] = self.nonce
-        return view
-
-    def public(self) -> dict[str, Any]:
-        return {
-            "approval_id": self.id,
-            "task_id": self.task_id,
-            "call_id": self.call_id,
-            "tool": self.tool,
-            "door": self.door,
-            "input_sha256": self.input_sha256,
-            "summary": self.summary,
-            "details": self.details,
-            "by": self.by,
-            "channels": list(self.channels),
-            "status": self.status,
-            "reason": self.reason,
-            "created_at": self.created_at,
-            "expires_at": self.expires_at,
-            "decision": self.decision.public() if self.decision else None,
-        }
 
 
 def _cancelled(message: str) -> ToolFailure:
@@ -272,7 +167,7 @@ class Approvals:
             tool=tool,
             door=door.value,
             input_sha256=input_digest,
-            summary=self._redacted(_text_only(summary), secret_values),
+            summary=self._redacted(text_only(summary), secret_values),
             details=self._redacted(details or {}, secret_values),
             by=need.by,
             channels=policy.channels,
@@ -315,7 +210,7 @@ class Approvals:
 
     def _redacted(self, value: Any, secret_values: Iterable[str]) -> Any:
         hidden = sorted({v for v in secret_values if v}, key=len, reverse=True)
-        return self.events.redactor.value(_without(value, hidden))
+        return self.events.redactor.value(without(value, hidden))
 
     def _forget(self, approval_id: str) -> None:
         self._waiters.pop(approval_id, None)
@@ -611,29 +506,13 @@ class Approvals:
         return row
 
 
-def _without(value: Any, hidden: list[str], depth: int = 0) -> Any:
-    """`value` with each of the `hidden` strings, wherever they occur, made `[secret]`."""
-    if not hidden or depth > 64:
-        return value
-    if isinstance(value, str):
-        for secret in hidden:
-            value = value.replace(secret, "[secret]")
-        return value
-    if isinstance(value, dict):
-        return {k: _without(v, hidden, depth + 1) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_without(v, hidden, depth + 1) for v in value]
-    return value
-
-
-def _text_only(summary: str) -> str:
-    """What a person reads: plain text, bounded, no control characters but newlines."""
-    cleaned = "".join(ch for ch in summary if ch == "\n" or ch.isprintable())
-    return cleaned[:SUMMARY_CHARS]
-
-
-def default_summary(title: str, tool: str, validated_input: Any) -> str:
-    shown = json.dumps(validated_input, ensure_ascii=False, sort_keys=True)
-    if len(shown) > 600:
-        shown = shown[:600] + "…"
-    return f"{title} ({tool}) with {shown}"
+__all__ = [
+    "KEEPALIVE_S",
+    "MAX_PENDING_PER_TASK",
+    "ApprovalConflict",
+    "ApprovalRefused",
+    "ApprovalRequest",
+    "Approvals",
+    "Decision",
+    "default_summary",
+]

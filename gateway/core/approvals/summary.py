@@ -1,0 +1,36 @@
+"""What a person reads of a call: a plain, bounded text, with the call's secrets masked."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+SUMMARY_CHARS = 2000
+
+
+def without(value: Any, hidden: list[str], depth: int = 0) -> Any:
+    """`value` with each of the `hidden` strings, wherever they occur, made `[secret]`."""
+    if not hidden or depth > 64:
+        return value
+    if isinstance(value, str):
+        for secret in hidden:
+            value = value.replace(secret, "[secret]")
+        return value
+    if isinstance(value, dict):
+        return {k: without(v, hidden, depth + 1) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [without(v, hidden, depth + 1) for v in value]
+    return value
+
+
+def text_only(summary: str) -> str:
+    """What a person reads: plain text, bounded, no control characters but newlines."""
+    cleaned = "".join(ch for ch in summary if ch == "\n" or ch.isprintable())
+    return cleaned[:SUMMARY_CHARS]
+
+
+def default_summary(title: str, tool: str, validated_input: Any) -> str:
+    shown = json.dumps(validated_input, ensure_ascii=False, sort_keys=True)
+    if len(shown) > 600:
+        shown = shown[:600] + "…"
+    return f"{title} ({tool}) with {shown}"
