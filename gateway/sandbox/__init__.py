@@ -13,11 +13,17 @@ proxy at an origin of its own, and torn down when the task ends (docs/sandbox.md
 | `bubblewrap.py` | the jail's command line: namespaces, mounts, user, resource limits |
 | `cgroup.py` | a cgroup v2 group per sandbox, where a delegated hierarchy exists |
 | `local.py` | the `local` provider: bubblewrap on this machine |
+| `local_sandbox.py` | one live sandbox of the `local` provider: its folder, user, jail |
+| `proc_scan.py` | the sandboxes' processes, read from /proc, and ending them |
+| `data_archive.py` | a kept data folder as a gzipped tar, read without following the app's links |
+| `probe.py` | the app's health, asked over its unix socket |
+| `incus.py` | the `incus` provider: a container of its own per task |
+| `incus_blanks.py` | the blank containers every Incus sandbox starts from, and their warm stock |
 | `manifest.py` | the `sandbox-manifest/v1` record |
 | `service.py` | sandboxes per task: provisioned at creation, probed, torn down at the end |
 | `extension.py` | `install(gw)` |
 
 What a task asks for and what an operator registers are models of their own, below the
-core (`gateway/core/sandbox_spec.py`: `gateway.core.identity` and the settings read them); this
-package sits above the core, an adapter like the task browser.
+core (`gateway/core/sandbox_spec.py`: `gateway.core.identity` and the settings read
+them); this package sits above the core, an adapter like the task browser.
 """
