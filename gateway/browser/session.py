@@ -326,10 +326,6 @@ class BrowserSession:
 
     # -- downloads ------------------------------------------------------------------------
 
-    def _downloaded(self, got: Any) -> tuple[str | None, bytes]:
-        """What the page's reading of a download gave (`downloads.downloaded`)."""
-        return downloads.downloaded(got, self.download_max_bytes)
-
     def _download(self, download: Download) -> None:
         self.spawn(downloads.keep_download(self, download))
 

@@ -119,10 +119,10 @@ class Routing:
             tool = await self.pipeline.checked(identity, tool_name)
         except GatewayError:
             return await here()
-        keyed = tool.side_effects and idempotency_key is not None
+        # The pipeline's own rule for which calls a key holds to one at a time.
         held = (
             self._keys.held(identity.task_id, tool.name, idempotency_key)
-            if keyed and idempotency_key is not None
+            if tool.side_effects and idempotency_key
             else contextlib.nullcontext()
         )
         async with held:

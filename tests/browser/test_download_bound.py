@@ -5,19 +5,17 @@ reader or `btoa` answers what it likes. The bound and the shape hold all the sam
 from __future__ import annotations
 
 import base64
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
-from gateway.browser.session import BrowserSession
+from gateway.browser import downloads
 
 LIMIT = 1024
 
 
 def downloaded(got: Any) -> tuple[str | None, bytes]:
-    session = SimpleNamespace(download_max_bytes=LIMIT)
-    return BrowserSession._downloaded(session, got)  # type: ignore[arg-type]
+    return downloads.downloaded(got, LIMIT)
 
 
 def test_bytes_within_the_bound_are_kept() -> None:

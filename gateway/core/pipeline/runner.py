@@ -212,9 +212,9 @@ class Pipeline:
         on the way, or whose caller went away meanwhile (`failure` None). It is this
         gateway's own record, marked `routed`, under an id of its own: where it went may
         still record the call under its id."""
-        tool = self.registry.get(steps.printable_name(tool_name))
-        name = tool.name if tool is not None else steps.printable_name(tool_name)
-        call = Call(identity, name, door, call_id, idempotency_key, raw_input)
+        call = Call(
+            identity, steps.printable_name(tool_name), door, call_id, idempotency_key, raw_input
+        )
         if failure is None:
             call.status, call.error = ToolStatus.FAILED, _cancelled()
         else:
