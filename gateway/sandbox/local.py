@@ -549,7 +549,13 @@ async def _child_pid(fd: int) -> int:
     loop = asyncio.get_running_loop()
     reader = asyncio.StreamReader()
     pipe = os.fdopen(os.dup(fd), "rb", buffering=0)
-    transport, _ = await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), pipe)
+    try:
+        transport, _ = await loop.connect_read_pipe(
+            lambda: asyncio.StreamReaderProtocol(reader), pipe
+        )
+    except BaseException:
+        pipe.close()  # the transport did not take it
+        raise
     try:
         raw = b""
         while b"}" not in raw:
