@@ -41,16 +41,16 @@ export function validateAction(action, views) {
   return checkLabels(params, "params") || paramsCheck(view.params_schema)(params, "params");
 }
 
-/** Whether an action aimed at an older revision still fits the current view (same rule as the gateway). */
+const TARGET = RULES.target;
+
+/** Whether an action aimed at an older revision still fits the current view: the gateway's
+ * rule (gateway/tabs/actions.py's target_holds), read from its tables in tab-rules.js. */
 export function targetHolds(action, view) {
-  if (action.type === "open_view" || action.type === "read_view") return true;
+  if (TARGET.absolute.includes(action.type)) return true;
   const offered = view && view.available_actions;
   if (Array.isArray(offered) && !offered.includes(action.type)) return false;
-  if (action.type === "populate_draft" && action.agent_id !== undefined) {
-    const named = [view && view.params, view && view.selection]
-      .filter(isPlainObject)
-      .map((part) => part.agent_id);
-    return named.includes(action.agent_id);
-  }
-  return true;
+  const field = Object.hasOwn(TARGET.bound, action.type) ? TARGET.bound[action.type] : null;
+  const bound = field === null ? null : action[field];
+  if (bound === undefined || bound === null) return true;
+  return TARGET.naming.some((name) => isPlainObject(view && view[name]) && view[name][field] === bound);
 }

@@ -18,6 +18,8 @@
 // stillness rule. Before its buttons wake, a panel shows the tool, what it asks, its
 // details and what each button approves.
 
+import { RULES } from "./tab-rules.js";
+
 const STYLE = `
   :host { all: initial; }
   [part~="panel"] {
@@ -56,7 +58,7 @@ const EDGE_PX = 16;
 const GAP_PX = 16;
 
 function taskScope(request) {
-  return request.reason === "the tool asks"
+  return request.reason === RULES.approval.own_ask
     ? `For this task: ${request.tool} does not ask this again. Its other approvals still ask.`
     : `For this task: later calls of ${request.tool} run without asking.`;
 }

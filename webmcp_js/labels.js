@@ -1,8 +1,9 @@
 // labels.js: the label rule, "no URL, no markup", that every string naming something in a UI
 // action must pass (a view's params, and the fields the action schemas mark `x-label`).
 //
-// The rule itself (its patterns and depth bound) is the gateway's, compiled from
-// gateway/tabs/views.py into tab-rules.js; this module only applies it.
+// The rule itself (its patterns, depth bound and the words of its refusals) is the
+// gateway's, compiled from gateway/tabs/views.py into tab-rules.js; this module only
+// applies it.
 
 import { RULES } from "./tab-rules.js";
 
@@ -12,21 +13,22 @@ const URL_SCHEME = new RegExp(RULES.label.url);
 const RELATIVE_URL = new RegExp(RULES.label.relative);
 const PSEUDO_SCHEME = new RegExp(RULES.label.pseudo);
 const TAG = new RegExp(RULES.label.tag);
+const REFUSED = RULES.label.refused;
 
 /** Why a label may not travel in a UI action, or null when it may (the gateway's rule). */
 export function unsafeReason(value) {
   if (typeof value !== "string") return "not a string";
-  if (CONTROL.test(value)) return "control characters are not allowed";
+  if (CONTROL.test(value)) return REFUSED.control;
   const folded = value.replace(WHITESPACE, "").toLowerCase();
-  if (URL_SCHEME.test(folded) || RELATIVE_URL.test(folded)) return "a URL is not allowed here";
-  if (PSEUDO_SCHEME.test(folded)) return "a script or data URL is not allowed here";
-  if (TAG.test(value.toLowerCase())) return "markup is not allowed here";
+  if (URL_SCHEME.test(folded) || RELATIVE_URL.test(folded)) return REFUSED.url;
+  if (PSEUDO_SCHEME.test(folded)) return REFUSED.pseudo;
+  if (TAG.test(value.toLowerCase())) return REFUSED.tag;
   return null;
 }
 
 /** Why some string in a JSON value (keys included) is not a safe label, or null. */
 export function checkLabels(value, where, depth = 0) {
-  if (depth > RULES.label.max_depth) return `${where} is nested too deeply`;
+  if (depth > RULES.label.max_depth) return `${where} ${REFUSED.too_deep}`;
   if (typeof value === "string") {
     const reason = unsafeReason(value);
     return reason ? `${where}: ${reason}` : null;

@@ -5,15 +5,17 @@
 // type, string lengths (in code points, as the gateway counts them) and pattern, number
 // bounds, array items and lengths, object properties, required and additionalProperties,
 // and the two rules a schema cannot say, marked `x-label` (the label rule) and `x-text`
-// (no NUL). It is meant to refuse what the gateway's own validation refuses (the parity
+// (the text rule: no NUL), both the gateway's, from tab-rules.js. It is meant to refuse what the gateway's own validation refuses (the parity
 // test in e2e/ holds the two to the same verdicts), with a message naming where.
 
 import { unsafeReason } from "./labels.js";
+import { RULES } from "./tab-rules.js";
 
 // A guard of this module's own, not a rule of the gateway's: a schema nested deeper than
 // this is refused rather than walked (the gateway's schemas are a few levels deep).
 const MAX_SCHEMA_DEPTH = 32;
 const SURROGATE = /[\ud800-\udfff]/;
+const TEXT_REFUSED = new RegExp(RULES.text.refused);
 
 // Characters, as the gateway counts them (code points, not UTF-16 units).
 function length(text) {
@@ -126,7 +128,7 @@ function compileString(schema) {
     if (min !== undefined && size < min) return `${where} ${short}`;
     if (max !== undefined && size > max) return `${where} is longer than ${max}`;
     if (form !== null && !form.test(value)) return `${where} is not in the allowed form`;
-    if (text && value.includes("\u0000")) return `${where} must not contain NUL`;
+    if (text && TEXT_REFUSED.test(value)) return `${where} ${RULES.text.reason}`;
     if (label) {
       const reason = unsafeReason(value);
       if (reason) return `${where}: ${reason}`;

@@ -9,7 +9,7 @@ which need: every door and the broker ask it, none decides it by hand.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Annotated, Literal
+from typing import Annotated, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
 
@@ -18,6 +18,8 @@ Channel = Literal["tab", "control", "elicitation"]
 # Why a call waits: the task's `required`; a `grantable` entry beyond its grant; or the
 # tool's own ask inside its handler (`ctx.request_approval`).
 Reason = Literal["required", "beyond the grant", "the tool asks"]
+# A tool's own ask: the shim's approval panel tells it apart by this reason too.
+OWN_ASK: Final = "the tool asks"
 ToolId = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_.-]{1,128}$")]
 ScopeName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_.:*-]{1,128}$")]
 MAX_TIMEOUT_S = 600
@@ -75,7 +77,7 @@ class Need:
     @property
     def own_ask(self) -> bool:
         """The tool's own ask inside its handler, not the gate in front of the tool."""
-        return self.reason == "the tool asks"
+        return self.reason == OWN_ASK
 
     def grant_key(self, tool: str) -> str:
         """Where "approve for this task" of this need is filed, so that it answers only

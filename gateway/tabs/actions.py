@@ -10,7 +10,8 @@ The action's wire form is a JSON object with a `type` naming the action and its 
 
 `target_holds(action, view)` is the recheck the channel runs when the page moves to a new
 revision while an action aimed at the old one is still pending; the JS shim runs the same
-rule before it applies an action that arrived after a navigation.
+rule, compiled from the tables it reads (`ABSOLUTE_ACTIONS`, `BOUND_FIELDS`,
+`NAMING_PARTS`), before it applies an action that arrived after a navigation.
 
 These models are the one source of the rules: `gateway.tabs.rules` compiles them into the
 ES module the shim imports (`webmcp_js/tab-rules.js`), and a test fails when it is stale.
@@ -18,6 +19,7 @@ ES module the shim imports (`webmcp_js/tab-rules.js`), and a test fails when it 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Annotated, Any, Literal
 
@@ -48,10 +50,15 @@ def _safe_label(value: str) -> str:
     return value
 
 
+# Free text is shown as text; only NUL is refused (it truncates strings in some sinks).
+TEXT_REFUSED = r"\x00"
+TEXT_REFUSAL = "must not contain NUL characters"
+_TEXT_REFUSED = re.compile(TEXT_REFUSED)
+
+
 def _plain_text(value: str) -> str:
-    # Free text is shown as text; only NUL is refused (it truncates strings in some sinks).
-    if "\x00" in value:
-        raise ValueError("text must not contain NUL characters")
+    if _TEXT_REFUSED.search(value):
+        raise ValueError(f"text {TEXT_REFUSAL}")
     return value
 
 
@@ -184,39 +191,47 @@ def parse_action(raw: Any, views: Views) -> UIAction:
     return action
 
 
+# `target_holds` as tables, so that the shim's copy (tab-rules.js) is this rule and not a
+# second writing of it. `open_view` and `read_view` are absolute: they do not depend on
+# where the page is. An action bound to something the page shows names it in a field,
+# looked for under the same key in the view's params and selection.
+ABSOLUTE_ACTIONS = ("open_view", "read_view")
+BOUND_FIELDS: Mapping[str, str] = {"populate_draft": "agent_id"}
+NAMING_PARTS = ("params", "selection")
+
+
 def target_holds(action: UIAction, view: Mapping[str, Any]) -> bool:
     """Whether an action aimed at an older revision still fits the page's current view.
 
     `view` is what the tab reported: `{view, params, selection, available_actions?}`.
+    - an absolute action (`open_view`, `read_view`) always holds;
     - an action the view no longer offers (its `available_actions` omits it) is stale;
     - `populate_draft` for a given agent is stale once neither the view's params nor its
       selection name that agent;
-    - `open_view` and `read_view` are absolute (they do not depend on where the page is);
-      progress and proposed changes are overlays that fit any view.
+    - progress and proposed changes are overlays that fit any view.
     """
-    if isinstance(action, OpenView | ReadView):
+    if action.type in ABSOLUTE_ACTIONS:
         return True
     offered = view.get("available_actions")
     if isinstance(offered, list | tuple) and action.type not in offered:
         return False
-    if isinstance(action, PopulateDraft) and action.agent_id is not None:
-        return action.agent_id in _named_agents(view)
-    return True
-
-
-def _named_agents(view: Mapping[str, Any]) -> set[str]:
-    names: set[str] = set()
-    for part in ("params", "selection"):
-        value = view.get(part)
-        if isinstance(value, Mapping):
-            agent = value.get("agent_id")
-            if isinstance(agent, str):
-                names.add(agent)
-    return names
+    field = BOUND_FIELDS.get(action.type)
+    bound = None if field is None else getattr(action, field, None)
+    if field is None or bound is None:
+        return True
+    return any(
+        isinstance(part, Mapping) and part.get(field) == bound
+        for part in (view.get(name) for name in NAMING_PARTS)
+    )
 
 
 __all__ = [
+    "ABSOLUTE_ACTIONS",
     "ACTION_TYPES",
+    "BOUND_FIELDS",
+    "NAMING_PARTS",
+    "TEXT_REFUSAL",
+    "TEXT_REFUSED",
     "DisplayProposedChange",
     "DisplayProposedChangeArgs",
     "DraftFields",

@@ -40,6 +40,13 @@ _PSEUDO = re.compile(PSEUDO_SCHEME)
 _TAG = re.compile(TAG_OPENING)
 _RELATIVE = re.compile(RELATIVE_URL)
 MAX_PARAMS_DEPTH = 8
+# Why a label is refused, and why params are: the shim gives the same words (its copy is
+# generated from these).
+CONTROL_REFUSED = "control characters are not allowed"
+URL_REFUSED = "a URL is not allowed here"
+PSEUDO_REFUSED = "a script or data URL is not allowed here"
+TAG_REFUSED = "markup is not allowed here"
+TOO_DEEP = "is nested too deeply"
 
 
 def unsafe_reason(value: str) -> str | None:
@@ -49,21 +56,21 @@ def unsafe_reason(value: str) -> str | None:
     (`java\\tscript:` works), so they are removed before the checks; case is folded too.
     """
     if _CONTROL.search(value):
-        return "control characters are not allowed"
+        return CONTROL_REFUSED
     folded = _WHITESPACE.sub("", value).lower()
     if _URL.search(folded) or _RELATIVE.search(folded):
-        return "a URL is not allowed here"
+        return URL_REFUSED
     if _PSEUDO.search(folded):
-        return "a script or data URL is not allowed here"
+        return PSEUDO_REFUSED
     if _TAG.search(value.lower()):
-        return "markup is not allowed here"
+        return TAG_REFUSED
     return None
 
 
 def check_labels(value: Any, *, depth: int = 0, where: str = "params") -> None:
     """Refuse unsafe strings anywhere in a JSON value (keys included)."""
     if depth > MAX_PARAMS_DEPTH:
-        raise ValueError(f"{where} is nested too deeply")
+        raise ValueError(f"{where} {TOO_DEEP}")
     if isinstance(value, str):
         reason = unsafe_reason(value)
         if reason is not None:

@@ -44,3 +44,11 @@ def test_the_rules_carry_every_action_and_the_label_rule() -> None:
     for key in ("control", "whitespace", "url", "pseudo", "tag"):
         re.compile(compiled["label"][key])
     assert compiled["close"]["superseded"] == 4001
+
+
+def test_the_target_tables_name_actions_and_their_fields() -> None:
+    compiled = rules.tab_rules()
+    actions = compiled["actions"]
+    assert set(compiled["target"]["absolute"]) <= set(actions)
+    for action, field in compiled["target"]["bound"].items():
+        assert field in actions[action]["properties"]

@@ -1,5 +1,6 @@
-"""The shim's ES modules: every one webmcp.js reaches is served and packed, and the label
-rule they apply from the compiled rules reads each string as the Python one does."""
+"""The shim's ES modules: every one webmcp.js reaches is served and packed, and the rules
+they apply from the compiled ones (the label rule, the recheck of an action's target)
+judge each case as the Python ones do."""
 
 from __future__ import annotations
 
@@ -8,11 +9,14 @@ import re
 import shutil
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
+from pydantic import BaseModel
 
+from gateway.tabs.actions import ACTION_TYPES, build_action, target_holds
 from gateway.tabs.shim import SHIM_NAMES
-from gateway.tabs.views import unsafe_reason
+from gateway.tabs.views import Views, unsafe_reason
 
 ROOT = Path(__file__).resolve().parents[2]
 SHIM = ROOT / "webmcp_js"
@@ -64,21 +68,72 @@ LABELS = [
 ]
 
 
-@pytest.mark.skipif(shutil.which("node") is None, reason="needs node")
-def test_the_shims_label_rule_gives_the_python_reasons() -> None:
-    script = (
-        'const { unsafeReason } = await import("./webmcp_js/labels.js");'
-        "const labels = JSON.parse(process.argv[1]);"
-        "process.stdout.write(JSON.stringify(labels.map(unsafeReason)));"
-    )
+def run_node(script: str, *args: str) -> Any:
+    """What `script` (an ES module run from the repository's root) writes, as JSON."""
     node = shutil.which("node")
     assert node is not None
     done = subprocess.run(
-        [node, "--input-type=module", "-e", script, json.dumps(LABELS)],
+        [node, "--input-type=module", "-e", script, *args],
         cwd=ROOT,
         capture_output=True,
         text=True,
         timeout=60,
         check=True,
     )
-    assert json.loads(done.stdout) == [unsafe_reason(label) for label in LABELS]
+    return json.loads(done.stdout)
+
+
+needs_node = pytest.mark.skipif(shutil.which("node") is None, reason="needs node")
+
+
+@needs_node
+def test_the_shims_label_rule_gives_the_python_reasons() -> None:
+    script = (
+        'const { unsafeReason } = await import("./webmcp_js/labels.js");'
+        "const labels = JSON.parse(process.argv[1]);"
+        "process.stdout.write(JSON.stringify(labels.map(unsafeReason)));"
+    )
+    assert run_node(script, json.dumps(LABELS)) == [unsafe_reason(label) for label in LABELS]
+
+
+ACTIONS: list[tuple[str, dict[str, Any]]] = [
+    ("open_view", {"view": "agent_builder"}),
+    ("read_view", {}),
+    ("show_run_progress", {"run_id": "run_1"}),
+    ("display_proposed_change", {"title": "t"}),
+    ("populate_draft", {"fields": {}}),
+    ("populate_draft", {"agent_id": "ag_1", "fields": {}}),
+]
+VIEWS: list[dict[str, Any]] = [
+    {},
+    {"params": {"agent_id": "ag_1"}},
+    {"params": {}, "selection": {"agent_id": "ag_1"}},
+    {"params": {"agent_id": "ag_2"}, "selection": {"agent_id": ["ag_1"]}},
+    {"params": ["ag_1"], "selection": None},
+    {"available_actions": []},
+    {"available_actions": ["read_view", "populate_draft"], "params": {"agent_id": "ag_1"}},
+    {"available_actions": ["show_run_progress"]},
+    {"available_actions": "populate_draft"},
+]
+
+
+class NoParams(BaseModel):
+    pass
+
+
+@needs_node
+def test_the_shims_target_recheck_gives_the_python_verdicts() -> None:
+    views = Views()
+    views.register("agent_builder", NoParams, "Agent builder")
+    actions = [build_action(kind, args, views) for kind, args in ACTIONS]
+    assert {action.type for action in actions} == set(ACTION_TYPES)
+    script = (
+        'const { targetHolds } = await import("./webmcp_js/actions.js");'
+        "const [actions, views] = JSON.parse(process.argv[1]);"
+        "process.stdout.write(JSON.stringify("
+        "actions.map((a) => views.map((v) => targetHolds(a, v)))));"
+    )
+    python = [[target_holds(action, view) for view in VIEWS] for action in actions]
+    shim = run_node(script, json.dumps([[action.wire() for action in actions], VIEWS]))
+    assert shim == python
+    assert any(not verdict for row in python for verdict in row)

@@ -8,7 +8,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from gateway.core.approval_policy import Approver, Need
+from gateway.core.approval_policy import OWN_ASK, Approver, Need
 from gateway.core.approvals.broker import Approvals, default_summary
 from gateway.core.approvals.question import Question
 from gateway.core.ports import Elicit
@@ -106,7 +106,7 @@ def asker(
 
     async def ask(summary: str, details: dict[str, Any] | None, by: Approver) -> None:
         identity = call.identity
-        need = Need(by, "the tool asks")
+        need = Need(by, OWN_ASK)
         # Approved for the task, this ask is not asked again (the gate before the tool
         # was passed on its own terms).
         grant = await approvals.granted(identity.task_id, call.tool_name, need)
