@@ -14,9 +14,9 @@ N pages load the app's page at once, round after round, each way in turn:
 For each: p50 and p99 of a load, the CPU per load of this Python process (where the guard
 and the tools run) and of the Chromium tree (from /proc), the upstream connections the
 guard opened per load, and, from a profiled pass of the same loads, the share of this
-process's CPU spent in the guard (`guard_proxy`, `jail`, `guard_host` code). Pages: the
-bench app's page (one document) and `/heavy` (a document with 40 scripts, styles and
-images, as a real app's first load has).
+process's CPU spent in the guard (`guard_proxy`, `http_relay`, `jail`, `guard_host`
+code). Pages: the bench app's page (one document) and `/heavy` (a document with 40 scripts,
+styles and images, as a real app's first load has).
 
 With `--first-loads N`, instead: N first navigations of fresh tasks to `/heavy`, one at
 a time, on a gateway with a warm stock of contexts, alternating with raw Playwright's
@@ -46,7 +46,7 @@ from bench.report import cpu_quiet, summary, write
 from gateway.browser.memory import process_tree
 
 MS = 1e3
-GUARD_MODULES = ("guard_proxy", "jail.py", "guard_host")
+GUARD_MODULES = ("guard_proxy", "http_relay", "jail.py", "guard_host")
 
 
 def chromium_cpu_s(pid: int) -> float:

@@ -35,6 +35,7 @@ from urllib.parse import urlsplit
 from gateway.core.origins import OriginError, origin_of
 
 from .app_link import Opener
+from .http_relay import HOP_BY_HOP, parse_head, partial, pipe_both, relay_body, relay_response
 from .jail import GUARD_PORT, BrowserJail
 from .upstream import Upstreams
 
@@ -43,22 +44,7 @@ log = logging.getLogger(__name__)
 MAX_HEAD_BYTES = 64 * 1024
 HEAD_TIMEOUT_S = 30.0
 CONNECT_TIMEOUT_S = 10.0
-# Bodies are relayed in reads of up to this much: a response's bytes cost one read and
-# one write per chunk that the kernel hands over, not per line.
-_CHUNK = 256 * 1024
 _METHOD = re.compile(r"^[A-Z]{1,16}$")
-_HOP_BY_HOP = frozenset(
-    {
-        "connection",
-        "proxy-connection",
-        "keep-alive",
-        "proxy-authorization",
-        "proxy-authenticate",
-        "te",
-        "trailer",
-        "upgrade",
-    }
-)
 
 
 @dataclass(frozen=True)
@@ -227,7 +213,7 @@ class OriginProxy:
         except asyncio.LimitOverrunError:
             await _answer(writer, 431, "Request Header Fields Too Large")
             return
-        request_line, headers, raw_headers = _parse_head(head)
+        request_line, headers, raw_headers = parse_head(head)
         parts = request_line.split(" ")
         if len(parts) != 3 or parts[2] not in ("HTTP/1.0", "HTTP/1.1"):
             await _answer(writer, 400, "Bad Request")
@@ -270,7 +256,7 @@ class OriginProxy:
         writer.write(b"HTTP/1.1 200 Connection Established\r\n\r\n")
         await writer.drain()
         try:
-            await _pipe_both(reader, writer, up_reader, up_writer)
+            await pipe_both(reader, writer, up_reader, up_writer)
         finally:
             up_writer.close()
 
@@ -304,7 +290,7 @@ class OriginProxy:
         lines = [f"{method} {path} HTTP/1.1", f"Host: {parts.netloc.rsplit('@', 1)[-1]}"]
         for name, value in raw_headers:
             lowered = name.lower()
-            if lowered in _HOP_BY_HOP or lowered == "host":
+            if lowered in HOP_BY_HOP or lowered == "host":
                 continue
             lines.append(f"{name}: {value}")
         request_head = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
@@ -325,14 +311,14 @@ class OriginProxy:
                 return
             try:
                 upstream.writer.write(request_head)
-                await _relay_body(headers, reader, upstream.writer)
+                await relay_body(headers, reader, upstream.writer)
                 await upstream.writer.drain()
                 head = await upstream.reader.readuntil(b"\r\n\r\n")
             except (asyncio.IncompleteReadError, ConnectionError) as exc:
                 upstream.close()
                 # A kept connection the upstream closed just as it was reused: nothing of
                 # the request was answered, so it goes again on a fresh one.
-                if upstream.reused and not retried and not _partial(exc):
+                if upstream.reused and not retried and not partial(exc):
                     retried = True
                     continue
                 raise
@@ -341,7 +327,7 @@ class OriginProxy:
                 raise
             break
         try:
-            reusable = await _relay_response(method, head, upstream.reader, writer)
+            reusable = await relay_response(method, head, upstream.reader, writer)
         except BaseException:
             upstream.close()
             raise
@@ -349,140 +335,6 @@ class OriginProxy:
             self._upstreams.give_back(authority, upstream)
         else:
             upstream.close()
-
-
-def _partial(exc: BaseException) -> bool:
-    """Whether the upstream had begun an answer before the connection failed."""
-    return isinstance(exc, asyncio.IncompleteReadError) and bool(exc.partial)
-
-
-def _parse_head(head: bytes) -> tuple[str, dict[str, str], list[tuple[str, str]]]:
-    text = head.decode("latin-1")
-    lines = text.split("\r\n")
-    raw: list[tuple[str, str]] = []
-    for line in lines[1:]:
-        if not line:
-            continue
-        name, sep, value = line.partition(":")
-        if not sep or not name or name != name.strip():
-            continue
-        raw.append((name, value.strip()))
-    return lines[0], {n.lower(): v for n, v in raw}, raw
-
-
-async def _relay_body(
-    headers: dict[str, str], reader: asyncio.StreamReader, up_writer: asyncio.StreamWriter
-) -> None:
-    """Copy exactly the request's body (by Content-Length or chunked framing), no more."""
-    if "chunked" in headers.get("transfer-encoding", "").lower():
-        await _relay_chunked(reader, up_writer)
-        return
-    await _relay_exact(reader, up_writer, int(headers.get("content-length", "0") or "0"))
-
-
-async def _relay_chunked(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
-    """Copy one chunked body, trailers and its closing blank line included."""
-    while True:
-        size_line = await src.readuntil(b"\r\n")
-        dst.write(size_line)
-        size = int(size_line.split(b";", 1)[0].strip() or b"0", 16)
-        if size == 0:
-            # Trailers, then the blank line that ends the body.
-            while True:
-                line = await src.readuntil(b"\r\n")
-                dst.write(line)
-                if line == b"\r\n":
-                    return
-        await _relay_exact(src, dst, size + 2)
-
-
-async def _relay_exact(src: asyncio.StreamReader, dst: asyncio.StreamWriter, length: int) -> None:
-    while length > 0:
-        chunk = await src.read(min(length, _CHUNK))
-        if not chunk:
-            raise ConnectionError("the connection closed mid-body")
-        dst.write(chunk)
-        length -= len(chunk)
-        await dst.drain()
-
-
-async def _relay_to_end(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
-    while chunk := await src.read(_CHUNK):
-        dst.write(chunk)
-        await dst.drain()
-    await dst.drain()
-
-
-async def _relay_response(
-    method: str, head: bytes, up_reader: asyncio.StreamReader, writer: asyncio.StreamWriter
-) -> bool:
-    """Send the upstream's answer (its head `head` read already) back with `Connection:
-    close`, then its body; returns whether the upstream connection can carry another
-    request (the body's end was marked by its framing, and the upstream keeps it open)."""
-    while True:
-        status_line, headers, raw = _parse_head(head)
-        status = status_line.split(" ", 2)
-        code = int(status[1]) if len(status) >= 2 and status[1].isdigit() else 0
-        if 100 <= code < 200 and code != 101:
-            writer.write(head)  # an interim answer (100 Continue, 103 Early Hints): as is
-            head = await up_reader.readuntil(b"\r\n\r\n")
-            continue
-        break
-    if not 200 <= code < 600:
-        # A protocol switch or something that is not HTTP: its bytes as they come, to the end.
-        writer.write(head)
-        await _relay_to_end(up_reader, writer)
-        return False
-    lines = [status_line]
-    lines += [f"{n}: {v}" for n, v in raw if n.lower() not in _HOP_BY_HOP]
-    lines.append("Connection: close")
-    writer.write(("\r\n".join(lines) + "\r\n\r\n").encode("latin-1"))
-    keep = status[0] == "HTTP/1.1" and "close" not in headers.get("connection", "").lower()
-    if method == "HEAD" or code in (204, 304):
-        await writer.drain()
-        return keep
-    coding = headers.get("transfer-encoding", "").lower()
-    lengths = {v.strip() for n, v in raw if n.lower() == "content-length"}
-    if coding:
-        if coding.rsplit(",", 1)[-1].strip() != "chunked":
-            await _relay_to_end(up_reader, writer)
-            return False
-        await _relay_chunked(up_reader, writer)
-    elif len(lengths) == 1 and (length := lengths.pop()).isdigit():
-        await _relay_exact(up_reader, writer, int(length))
-    else:
-        # No framing (or a contradictory one): the body ends when the upstream closes.
-        await _relay_to_end(up_reader, writer)
-        return False
-    await writer.drain()
-    return keep
-
-
-async def _pipe(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
-    try:
-        while chunk := await src.read(_CHUNK):
-            dst.write(chunk)
-            await dst.drain()
-    finally:
-        with contextlib.suppress(Exception):
-            dst.write_eof()
-
-
-async def _pipe_both(
-    reader: asyncio.StreamReader,
-    writer: asyncio.StreamWriter,
-    up_reader: asyncio.StreamReader,
-    up_writer: asyncio.StreamWriter,
-) -> None:
-    tasks = [
-        asyncio.ensure_future(_pipe(reader, up_writer)),
-        asyncio.ensure_future(_pipe(up_reader, writer)),
-    ]
-    try:
-        await asyncio.gather(*tasks, return_exceptions=True)
-    finally:
-        for task in tasks:
-            task.cancel()
 
 
 async def _answer(writer: asyncio.StreamWriter, status: int, reason: str) -> None:
