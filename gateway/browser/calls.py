@@ -6,7 +6,7 @@ slot); one turned away there never reaches the page. After the action, what it s
 (popups, a page taken back to its origins) is let finish, bounded, and then the guard's
 verdict: a browser gone or an app down ends the call `unavailable`; what the guard stopped
 since the last call ends it `denied`/`origin_blocked` (`violations.py`); otherwise the
-result carries what happened besides (`BrowserSession.note`).
+result carries what happened besides (`SessionState.note`).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import asyncio
 import contextlib
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 from playwright.async_api import Error as PlaywrightError
 from playwright.async_api import Page
@@ -24,14 +24,12 @@ from gateway.core.errors import ToolFailure
 from gateway.core.registry import ToolContext
 from gateway.core.results import ErrorCode
 
-from . import dialogs
+from . import dialogs, page_guard
 from .admission import ActionSlots
 from .errors import map_playwright_error
 from .policy import page_url_allowed
+from .session_state import SessionState
 from .violations import denial
-
-if TYPE_CHECKING:
-    from .session import BrowserSession
 
 T = TypeVar("T")
 SETTLE_TIMEOUT_S = 3.0
@@ -39,7 +37,7 @@ SNAPSHOT_TIMEOUT_MS = 30_000
 
 
 async def run(
-    session: BrowserSession,
+    session: SessionState,
     ctx: ToolContext,
     action: Callable[[Page], Awaitable[T]],
     *,
@@ -59,7 +57,7 @@ async def run(
 
 
 async def _run(
-    session: BrowserSession,
+    session: SessionState,
     ctx: ToolContext,
     action: Callable[[Page], Awaitable[T]],
     dialog_aware: bool,
@@ -85,7 +83,7 @@ async def _run(
 
 
 def _with_refs(
-    session: BrowserSession, action: Callable[[Page], Awaitable[T]]
+    session: SessionState, action: Callable[[Page], Awaitable[T]]
 ) -> Callable[[Page], Awaitable[T]]:
     async def restored(page: Page) -> T:
         if session.partial_map:
@@ -99,7 +97,7 @@ def _with_refs(
 
 
 async def _act(
-    session: BrowserSession,
+    session: SessionState,
     ctx: ToolContext,
     action: Callable[[Page], Awaitable[T]],
     answers_dialog: bool,
@@ -148,7 +146,7 @@ async def _act(
 
 @contextlib.asynccontextmanager
 async def admitted(
-    session: BrowserSession,
+    session: SessionState,
     lane: ActionSlots,
     time_left: float,
     evidence: dict[str, Any] | None = None,
@@ -172,7 +170,7 @@ async def admitted(
         lane.release(time.monotonic() - started)
 
 
-async def _settle(session: BrowserSession) -> None:
+async def _settle(session: SessionState) -> None:
     """Let the action's direct consequences (popups, a restore) finish before judging."""
     await session.windows.settle()
     waiting = [f for f in session.background if not f.done()]
@@ -181,6 +179,6 @@ async def _settle(session: BrowserSession) -> None:
     if waiting:
         await asyncio.wait(waiting, timeout=SETTLE_TIMEOUT_S)
     if not page_url_allowed(session.url, session.origins):
-        session.restore_soon()
+        page_guard.restore_soon(session)
         assert session.restoring is not None
         await asyncio.wait([session.restoring], timeout=SETTLE_TIMEOUT_S)

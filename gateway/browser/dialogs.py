@@ -14,53 +14,23 @@ import asyncio
 import contextlib
 import time
 from collections.abc import Awaitable
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from playwright.async_api import Dialog, Page
 from playwright.async_api import Error as PlaywrightError
 
-if TYPE_CHECKING:
-    from .session import BrowserSession
+from .dialog_state import PendingDialog
+from .session_state import SessionState
 
 DIALOG_TIMEOUT_S = 30.0
 MAX_DIALOGS_PER_DOCUMENT = 20
-MESSAGE_CHARS = 1000
 # Dialogs dismissed while a call leaves the page, past which the page is taken as stuck.
 STUCK_AFTER_DIALOGS = 5
 # How long the next call waits for an action a dialog had parked to end.
 PARKED_WAIT_S = 3.0
 
 
-@dataclass(frozen=True)
-class PendingDialog:
-    dialog: Dialog
-    opened_at: float
-
-    def public(self) -> dict[str, Any]:
-        """What the page asked, as the agent reads it."""
-        shown: dict[str, Any] = {
-            "type": self.dialog.type,
-            "message": self.dialog.message[:MESSAGE_CHARS],
-        }
-        if self.dialog.type == "prompt":
-            shown["default_value"] = self.dialog.default_value[:MESSAGE_CHARS]
-        return shown
-
-
-@dataclass
-class DialogState:
-    """What the session's dialog handling keeps between a page's dialogs."""
-
-    opened: asyncio.Event = field(default_factory=asyncio.Event)
-    on_document: int = 0
-    # The call under way (if any), and whether its answer can show a dialog.
-    in_call: bool = False
-    aware: bool = False
-    dismissed_leaving: int = 0
-
-
-def on_dialog(session: BrowserSession, page: Page, dialog: Dialog) -> None:
+def on_dialog(session: SessionState, page: Page, dialog: Dialog) -> None:
     """A dialog a page opened: shown to the call that can show it, else dismissed."""
     state = session.dialog_state
     pending = PendingDialog(dialog, time.time())
@@ -87,14 +57,14 @@ def on_dialog(session: BrowserSession, page: Page, dialog: Dialog) -> None:
     asyncio.get_running_loop().call_later(DIALOG_TIMEOUT_S, _expire, session, pending)
 
 
-def _expire(session: BrowserSession, pending: PendingDialog) -> None:
+def _expire(session: SessionState, pending: PendingDialog) -> None:
     if session.dialog is pending:
         session.spawn(
             dismiss(session, pending, f"nobody answered it within {DIALOG_TIMEOUT_S:g} s")
         )
 
 
-async def dismiss(session: BrowserSession, pending: PendingDialog, why: str) -> None:
+async def dismiss(session: SessionState, pending: PendingDialog, why: str) -> None:
     """Dismiss a dialog nobody answers (so it never holds the page), and record it."""
     if session.dialog is pending:
         session.dialog = None
@@ -108,7 +78,7 @@ async def dismiss(session: BrowserSession, pending: PendingDialog, why: str) -> 
         )
 
 
-async def before_call(session: BrowserSession, answers_dialog: bool) -> None:
+async def before_call(session: SessionState, answers_dialog: bool) -> None:
     """A dialog left open, and an action it had parked, end before the next call acts."""
     if answers_dialog:
         return
@@ -119,7 +89,7 @@ async def before_call(session: BrowserSession, answers_dialog: bool) -> None:
         await asyncio.wait([parked], timeout=PARKED_WAIT_S)
 
 
-async def race(session: BrowserSession, work: Awaitable[Any]) -> Any:
+async def race(session: SessionState, work: Awaitable[Any]) -> Any:
     """The action's answer, or, when a dialog opens first, what the dialog asks (the
     action waits for it, parked)."""
     state = session.dialog_state

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from playwright.async_api import Download
 from playwright.async_api import Error as PlaywrightError
@@ -21,12 +21,9 @@ from gateway.core.errors import ToolFailure
 
 from .errors import first_line
 from .policy import page_url_allowed
-
-if TYPE_CHECKING:
-    from .session import BrowserSession
+from .session_state import SessionState
 
 DOWNLOAD_TIMEOUT_S = 60.0
-DEFAULT_DOWNLOAD_MAX_BYTES = 32 * 1024 * 1024
 
 
 def downloaded(got: Any, limit: int) -> tuple[str | None, bytes]:
@@ -52,7 +49,7 @@ def downloaded(got: Any, limit: int) -> tuple[str | None, bytes]:
     return None, data
 
 
-async def keep_download(session: BrowserSession, download: Download) -> None:
+async def keep_download(session: SessionState, download: Download) -> None:
     """The downloaded file as an artifact of the task, when it is within the bound and
     the task's artifact quota; else it is refused, and the refusal recorded."""
     identity = session.identity

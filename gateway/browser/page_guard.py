@@ -9,8 +9,8 @@ closed. A frame headed off the task's origins is a violation too.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
-from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 from playwright.async_api import Error as PlaywrightError
@@ -18,13 +18,11 @@ from playwright.async_api import Frame, Page
 
 from .guard_proxy import BlockedRequest
 from .policy import BLANK, is_browser_service, page_url_allowed
+from .session_state import SessionState, log_failure
 from .violations import refused_kind
 
-if TYPE_CHECKING:
-    from .session import BrowserSession
 
-
-def proxy_blocked(session: BrowserSession, request: BlockedRequest) -> None:
+def proxy_blocked(session: SessionState, request: BlockedRequest) -> None:
     if not request.navigation and is_browser_service(request.target):
         # Chromium's own background call: refused like any other, but not the task's.
         session.background_refused += 1
@@ -33,7 +31,7 @@ def proxy_blocked(session: BrowserSession, request: BlockedRequest) -> None:
     session.violate(refused_kind(request), request.target, denies=request.navigation)
 
 
-def navigated(session: BrowserSession, page: Page, frame: Frame) -> None:
+def navigated(session: SessionState, page: Page, frame: Frame) -> None:
     url = frame.url
     if frame != page.main_frame:
         scheme = urlsplit(url).scheme.lower()
@@ -52,10 +50,17 @@ def navigated(session: BrowserSession, page: Page, frame: Frame) -> None:
         session.document_url = url.split("#", 1)[0]
     if not page_url_allowed(url, session.origins):
         session.violate("navigation_blocked", url, denies=True)
-        session.restore_soon()
+        restore_soon(session)
 
 
-async def restore(session: BrowserSession) -> None:
+def restore_soon(session: SessionState) -> None:
+    """Take the current page back (`restore`), unless that is under way already."""
+    if session.restoring is None or session.restoring.done():
+        session.restoring = asyncio.ensure_future(restore(session))
+        session.restoring.add_done_callback(log_failure)
+
+
+async def restore(session: SessionState) -> None:
     """Take the page back to an allowed page (the one before), else to about:blank."""
     with contextlib.suppress(PlaywrightError):
         if page_url_allowed(session.page.url, session.origins):

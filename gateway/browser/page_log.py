@@ -7,20 +7,17 @@ the values typed as secrets or given in the task's storage state are taken out f
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from playwright.async_api import ConsoleMessage
 from playwright.async_api import Error as PlaywrightError
 
 from gateway.core.tasks.log import Level
 
-if TYPE_CHECKING:
-    from .session import BrowserSession
+from .session_state import SessionState
 
 LOG_TEXT_CHARS = 2000
 
 
-def console(session: BrowserSession, message: ConsoleMessage) -> None:
+def console(session: SessionState, message: ConsoleMessage) -> None:
     session.signals.console(message, session.typed_secrets | session.state_secrets)
     if session.identity is not None and message.type in ("error", "warning"):
         level: Level = "error" if message.type == "error" else "warning"
@@ -32,7 +29,7 @@ def console(session: BrowserSession, message: ConsoleMessage) -> None:
         )
 
 
-def page_error(session: BrowserSession, error: PlaywrightError) -> None:
+def page_error(session: SessionState, error: PlaywrightError) -> None:
     session.signals.page_error(
         str(error), session.url, session.typed_secrets | session.state_secrets
     )
@@ -45,7 +42,7 @@ def page_error(session: BrowserSession, error: PlaywrightError) -> None:
         )
 
 
-def unsecret(session: BrowserSession, text: str) -> str:
+def unsecret(session: SessionState, text: str) -> str:
     """`text` without the values typed as secrets or given in the task's storage
     state: the task's log goes to its agent's client as it happens."""
     for value in session.typed_secrets | session.state_secrets:

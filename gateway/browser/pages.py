@@ -1,5 +1,5 @@
 """The tools about the task's pages rather than one element: its pages (popups and new
-tabs it kept), history, dialogs, and what its pages said (console, network)."""
+tabs it kept), dialogs, and what its pages said (console, network)."""
 
 from __future__ import annotations
 
@@ -12,13 +12,7 @@ from gateway.core.errors import ToolFailure
 from gateway.core.registry import ToolContext
 from gateway.core.results import ErrorCode, ToolStatus
 
-from .acting import (
-    NAVIGATION_TIMEOUT_MS,
-    Input,
-    acted,
-    session_of,
-    snapshot_after_load,
-)
+from .acting import Input, acted, session_of, snapshot_after_load
 from .session import BrowserSession
 
 PAGE_PATTERN = r"^p[0-9]{1,6}$"
@@ -75,36 +69,6 @@ async def pages(ctx: ToolContext, args: PagesInput) -> dict[str, Any]:
         return result
 
     return await acted(ctx, session, act)
-
-
-class HistoryInput(Input):
-    snapshot: bool = Field(default=True, description="Also return the page's snapshot.")
-
-
-async def _history(ctx: ToolContext, args: HistoryInput, forward: bool) -> dict[str, Any]:
-    session = await session_of(ctx)
-
-    async def act(page: Page) -> dict[str, Any]:
-        session.leaving = True
-        move = page.go_forward if forward else page.go_back
-        response = await move(wait_until="load", timeout=NAVIGATION_TIMEOUT_MS)
-        result: dict[str, Any] = {
-            "moved": response is not None,
-            "status": response.status if response is not None else None,
-        }
-        if args.snapshot:
-            result.update(await snapshot_after_load(session, page))
-        return result
-
-    return await acted(ctx, session, act)
-
-
-async def navigate_back(ctx: ToolContext, args: HistoryInput) -> dict[str, Any]:
-    return await _history(ctx, args, forward=False)
-
-
-async def navigate_forward(ctx: ToolContext, args: HistoryInput) -> dict[str, Any]:
-    return await _history(ctx, args, forward=True)
 
 
 class DialogInput(Input):

@@ -9,7 +9,6 @@ and a frame the guard refused is marked so. Its refs become the ones the agent m
 from __future__ import annotations
 
 import contextlib
-from typing import TYPE_CHECKING
 
 from playwright.async_api import Error as PlaywrightError
 from playwright.async_api import Locator, Page
@@ -17,17 +16,15 @@ from playwright.async_api import Locator, Page
 from .calls import SNAPSHOT_TIMEOUT_MS
 from .evidence import secret_values
 from .policy import page_url_allowed
+from .session_state import SessionState
 from .snapshot import Snapshot, build_snapshot, empty_frames, mark_refused_frames, mask_secrets
-
-if TYPE_CHECKING:
-    from .session import BrowserSession
 
 # Snapshots without a filled text box (most) skip the look for secret fields.
 _TEXTBOX_WITH_VALUE = "]: "
 
 
 async def take_snapshot(
-    session: BrowserSession,
+    session: SessionState,
     page: Page,
     *,
     scope: Locator | None = None,

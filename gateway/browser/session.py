@@ -15,10 +15,11 @@ download, a dialog dismissed) is added to its result.
 Each action (a tool's `run`, a screenshot) first takes a slot of its Chromium process's
 admission (`admission.py`); a call turned away there never reaches the page.
 
-The session holds the task's state and composes the parts: a call's run, settle and
-verdict (`calls.py`), the page-side checks (`page_guard.py`) and what they stopped
-(`violations.py`), popups handed over (`windows.py`), dialogs (`dialogs.py`), downloads
-(`downloads.py`), and where evidence and the trace go (`evidence.py`).
+The session opens the task's state (`session_state.py`) and composes the parts that take
+it: a call's run, settle and verdict (`calls.py`), the page-side checks (`page_guard.py`)
+and what they stopped (`violations.py`), popups handed over (`popups.py`), dialogs
+(`dialogs.py`), downloads (`downloads.py`), and where evidence and the trace go
+(`evidence.py`).
 
 A task whose app the gateway provisioned (gateway/sandbox) reaches it through its proxy's
 route to the app (`app_link.py`). A call while that app is down (restarting, or gone) ends
@@ -30,7 +31,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
 import math
 import time
 from collections.abc import Awaitable, Callable
@@ -39,131 +39,35 @@ from typing import Any, TypeVar
 from playwright.async_api import BrowserContext, Download, Locator, Page, Request
 from playwright.async_api import Error as PlaywrightError
 
-from gateway.core.errors import ToolFailure
 from gateway.core.identity import TaskIdentity
 from gateway.core.registry import ToolContext
 from gateway.core.storage_state import StorageState
 from gateway.core.store.artifacts import ArtifactRef
 
-from . import calls, dialogs, downloads, page_guard, page_log, reading, windows
-from .admission import ActionSlots, Admission
+from . import calls, dialogs, downloads, page_guard, page_log, popups, reading
+from .admission import ActionSlots
 from .app_link import AppLink
 from .calls import SNAPSHOT_TIMEOUT_MS
-from .dialogs import DialogState, PendingDialog
-from .downloads import DEFAULT_DOWNLOAD_MAX_BYTES
-from .errors import browser_unavailable, map_playwright_error
+from .dialog_state import PendingDialog
+from .errors import map_playwright_error
 from .evidence import CLOSE_TIMEOUT_S, EvidenceSink, save_trace
-from .frames import FrameTargets
 from .guard_proxy import BlockedRequest, OriginProxy
-from .navigation import Navigations
 from .policy import BLANK, page_url_allowed
 from .processes import BrowserProcess
-from .signals import Signals
-from .snapshot import Refs, Snapshot
+from .session_state import SessionState
+from .snapshot import Snapshot
 from .video import VideoRecording
-from .violations import Violation
 
 # What other modules import from here.
-__all__ = ["SCREENSHOT_TIMEOUT_MS", "BrowserSession", "EvidenceSink", "Violation"]
-
-log = logging.getLogger(__name__)
+__all__ = ["SCREENSHOT_TIMEOUT_MS", "BrowserSession", "EvidenceSink"]
 
 T = TypeVar("T")
 SCREENSHOT_TIMEOUT_MS = 10_000
 
 
-class BrowserSession:
-    """One task's context and its pages: the state the other parts of the task's browser
-    read and change, and the calls the tools make."""
-
-    def __init__(
-        self,
-        process: BrowserProcess,
-        context: BrowserContext,
-        page: Page,
-        proxy: OriginProxy,
-        sink: EvidenceSink,
-        *,
-        snapshot_max_chars: int,
-        trace: bool,
-        keep_screenshots: bool = False,
-        admission: ActionSlots | None = None,
-        reads: ActionSlots | None = None,
-        video: VideoRecording | None = None,
-    ) -> None:
-        self.process = process
-        # The pages' video, for a task that asked for one (`video.py`).
-        self.video = video
-        # The action slots of its process, shared with the process's other contexts.
-        self.admission: ActionSlots = admission if admission is not None else Admission(1)
-        # The read slots of its process: a snapshot waits only for other snapshots.
-        self.reads: ActionSlots = reads if reads is not None else Admission(1)
-        self.context = context
-        self.page = page
-        self.proxy = proxy
-        self.sink = sink
-        self.identity: TaskIdentity | None = None
-        self.app_link: AppLink | None = None
-        self.snapshot_max_chars = snapshot_max_chars
-        self.trace = trace
-        # Each acting call leaves a screenshot artifact (`browser_screenshots`).
-        self.keep_screenshots = keep_screenshots
-        # Pages of the task by id (`p1` is the first); `page` is the current one.
-        self.pages: dict[str, Page] = {"p1": page}
-        self.page_id = "p1"
-        self._page_seq = 1
-        # What happened besides the call's own action, for the result of the call that
-        # observes it: pages opened or closed, downloads, dialogs dismissed.
-        self._notes: dict[str, list[dict[str, Any]]] = {}
-        self.dialog: PendingDialog | None = None
-        self.dialog_state = DialogState()
-        # An action a dialog interrupted: it goes on once the dialog is answered.
-        self.parked: asyncio.Future[Any] | None = None
-        # A call that leaves the page: only the page's own "leave this page?" is shown.
-        self.leaving = False
-        # Set when the page being left keeps opening dialogs: it will not unload.
-        self.stuck = asyncio.Event()
-        # A page of its own being opened (`replace_page`): not a popup.
-        self.opening_own = False
-        self.download_max_bytes = DEFAULT_DOWNLOAD_MAX_BYTES
-        # Password-field values the page held, seen by snapshots: kept out of the trace.
-        self.held_secrets: set[str] = set()
-        # Secrets typed into fields that show them (secret: true on a plain text box): a
-        # trace's screenshots would show them, so a trace of such a task keeps none.
-        self.visible_secrets = False
-        self.signals = Signals()
-        # Playwright resolves a ref against the page's latest snapshot only: after one of
-        # part of the page, a ref of the whole page's would not resolve until the next.
-        self.partial_map = False
-        # Where each frame was headed: a refused one shows as such in snapshots.
-        self.frame_targets = FrameTargets()
-        # The windows the pages opened, before they are handed over (`windows.py`).
-        self.windows = windows.Windows()
-        self.created_at = time.time()
-        self.last_used = time.monotonic()
-        self.lost: str | None = None  # why the browser under this session is gone
-        self.closed = False
-        self.document = 0  # bumped on each new main-frame document: refs of older ones are stale
-        self.latest: Snapshot | None = None  # the latest full snapshot
-        self.refs = Refs()  # the refs of the current document an agent may use
-        # Main-frame navigation requests, and those not over yet (an action's aftermath).
-        self.main_navigations = Navigations()
-        self.blocked_total = 0
-        self.background_refused = 0  # Chromium's own calls home, refused
-        # Values the caller typed as secrets: no snapshot of this context shows them.
-        self.typed_secrets: set[str] = set()
-        # A signed-in task's cookie and local-storage values: shown and kept nowhere.
-        self.state_secrets: frozenset[str] = frozenset()
-        self.lock = asyncio.Lock()
-        self.snapshot_seq = 0  # the number of the latest snapshot
-        # What the guard stopped since the last call (`violations.py`).
-        self.pending: list[Violation] = []
-        self.background: set[asyncio.Future[Any]] = set()
-        self.restoring: asyncio.Task[None] | None = None
-        self.document_url = BLANK
-        self.loss_reported = False
-        # Called once when the task's first call is over (the pool's start admission).
-        self.on_started: Callable[[], None] | None = None
+class BrowserSession(SessionState):
+    """One task's context and its pages, opened, wired to the parts that watch them, and
+    closed; the calls the tools make."""
 
     # -- opening ------------------------------------------------------------------------
 
@@ -232,7 +136,7 @@ class BrowserSession:
 
     def _watch(self) -> None:
         self.watch_page(self.page)
-        self.context.on("page", lambda popup: windows.popup(self, popup))
+        self.context.on("page", lambda popup: popups.popup(self, popup, self.watch_page))
         self.context.on(
             "request", lambda request: self.windows.first_request(request, self.pages.values())
         )
@@ -276,53 +180,10 @@ class BrowserSession:
         if self.trace:
             await self.context.tracing.start(screenshots=True, snapshots=True)
 
-    @property
-    def origins(self) -> frozenset[str]:
-        return self.identity.sandbox.origins if self.identity is not None else frozenset()
-
-    @property
-    def url(self) -> str:
-        try:
-            return self.page.url
-        except PlaywrightError:
-            return BLANK
-
-    # -- the guard's page-side checks ---------------------------------------------------
-
-    def spawn(self, coro: Awaitable[Any]) -> None:
-        future = asyncio.ensure_future(coro)
-        self.background.add(future)
-        future.add_done_callback(self.background.discard)
-        future.add_done_callback(_log_failure)
-
-    def violate(self, kind: str, target: str, *, denies: bool) -> None:
-        violation = Violation(kind=kind, target=target, denies=denies, at=time.time())
-        self.pending.append(violation)
-        self.blocked_total += 1
-        if self.identity is not None:
-            self.sink.repeated(
-                self.identity, "origin_blocked", {**violation.public(), "page": self.url[:512]}
-            )
-
     def _new_document(self, page: Page) -> None:
         if page is self.page:
             self.document += 1
             self.dialog_state.on_document = 0
-
-    def restore_soon(self) -> None:
-        if self.restoring is None or self.restoring.done():
-            self.restoring = asyncio.ensure_future(page_guard.restore(self))
-            self.restoring.add_done_callback(_log_failure)
-
-    def note(self, kind: str, item: dict[str, Any]) -> None:
-        """Something the next call's result says besides its own answer."""
-        self._notes.setdefault(kind, []).append(item)
-
-    def report(self, result: Any) -> None:
-        notes, self._notes = self._notes, {}
-        if isinstance(result, dict):
-            for kind, items in notes.items():
-                result[kind] = items[:20]
 
     # -- downloads ------------------------------------------------------------------------
 
@@ -330,27 +191,6 @@ class BrowserSession:
         self.spawn(downloads.keep_download(self, download))
 
     # -- pages ------------------------------------------------------------------------------
-
-    def new_page_id(self) -> str:
-        self._page_seq += 1
-        return f"p{self._page_seq}"
-
-    def page_list(self) -> list[dict[str, Any]]:
-        return [
-            {"page": page_id, "url": _url(page)[:512], "current": page is self.page}
-            for page_id, page in self.pages.items()
-        ]
-
-    def switch_to(self, page_id: str) -> None:
-        """Make another page of the task the current one: refs of the one before are stale."""
-        page = self.pages[page_id]
-        if page is self.page:
-            return
-        self.page, self.page_id = page, page_id
-        self.document += 1
-        self.document_url = _url(page).split("#", 1)[0]
-        self.main_navigations.forget()
-        self.latest = None
 
     async def replace_page(self) -> Page:
         """A fresh page in place of the current one, which is closed: for a page that
@@ -393,30 +233,7 @@ class BrowserSession:
         action waits for it, parked)."""
         return await dialogs.race(self, work)
 
-    def take_dialog(self) -> PendingDialog | None:
-        pending, self.dialog = self.dialog, None
-        return pending
-
-    def lose(self, why: str) -> None:
-        """The browser under this session is gone (its first reason is kept)."""
-        if self.lost is None:
-            self.lost = why
-
     # -- running a tool's action --------------------------------------------------------
-
-    def gone(self) -> ToolFailure:
-        self.loss_reported = True
-        return browser_unavailable(f"the task's browser is gone ({self.lost}); retry")
-
-    def app_unavailable(self) -> ToolFailure | None:
-        if self.app_link is None or self.identity is None:
-            return None
-        return self.app_link.unavailable(self.identity)
-
-    def release_start(self) -> None:
-        release, self.on_started = self.on_started, None
-        if release is not None:
-            release()
 
     async def run(
         self,
@@ -557,18 +374,3 @@ class BrowserSession:
             data.update(videos)
             with contextlib.suppress(Exception):
                 await self.sink.record(identity, "browser_closed", data)
-
-
-def _url(page: Page) -> str:
-    try:
-        return page.url
-    except PlaywrightError:
-        return BLANK
-
-
-def _log_failure(future: asyncio.Future[Any]) -> None:
-    if future.cancelled():
-        return
-    exc = future.exception()
-    if exc is not None and not isinstance(exc, PlaywrightError):
-        log.warning("a browser guard task failed: %r", exc)

@@ -2,237 +2,25 @@
 
 Every tool acts on the calling task's context only (the pool looks it up by the call's
 identity, never by anything in the input). Element refs come from `browser.snapshot` and
-belong to that snapshot; the evidence of each call names the page it acted on.
+belong to that snapshot; the evidence of each call names the page it acted on. This is
+their catalog: each tool's name, words, bounds and handler, by kind; the handlers are in
+`navigating.py`, `looking.py`, `pointer.py`, `forms.py` and `pages.py`.
 """
 
 from __future__ import annotations
 
-import asyncio
 from dataclasses import replace
 from typing import Any
 
-from playwright.async_api import Page
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel
 
-from gateway.core.png import png_size
-from gateway.core.registry import Handler, Registry, Tool, ToolAnnotations, ToolContext
+from gateway.core.registry import Handler, Registry, Tool, ToolAnnotations
 from gateway.settings import Settings
 
-from . import forms, pages, pointer
-from .acting import (
-    ACTION_TIMEOUT_MS,
-    NAVIGATION_TIMEOUT_MS,
-    Limits,
-    acted,
-    after_action,
-    keep_screenshot,
-    locator,
-    session_of,
-    snapshot_after_load,
-    snapshot_fields,
-    with_limits,
-)
-from .acting import (
-    Action as _Action,
-)
-from .errors import unsupported
-from .forms import FillInput
-from .policy import resolve_target
-from .session import SCREENSHOT_TIMEOUT_MS
-from .snapshot import REF_PATTERN
+from . import forms, looking, navigating, pages, pointer
+from .acting import Limits, with_limits
 
 SCOPE = "browser"
-KEY_PATTERN = r"^(?:[A-Za-z0-9]{1,24}\+){0,3}(?:[A-Za-z0-9]{1,24}|[!-~])$"
-# Kept for the callers of its former name.
-_snapshot_after_load = snapshot_after_load
-
-
-class _Input(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-
-class NavigateInput(_Input):
-    url: str = Field(
-        min_length=1,
-        max_length=2048,
-        description="An absolute URL within the task's allowed origins, or a path such as "
-        "/agents resolved against the sandbox's app origin.",
-    )
-    snapshot: bool = Field(
-        default=True,
-        description="Also return the loaded page's snapshot with element refs, as "
-        "browser.snapshot does, so the next action needs no call of its own.",
-    )
-
-
-class SnapshotInput(_Input):
-    ref: str | None = Field(
-        default=None, pattern=REF_PATTERN, description="Only this element (a ref) and within."
-    )
-    role: str | None = Field(
-        default=None,
-        pattern=r"^[a-z]{1,32}$",
-        description="Only the first element of this ARIA role (e.g. table, form, main), "
-        "with `name` if given, and within.",
-    )
-    name: str | None = Field(default=None, min_length=1, max_length=200)
-    depth: int | None = Field(
-        default=None, ge=1, le=64, description="Only this many levels below the top."
-    )
-
-    @model_validator(mode="after")
-    def _one_scope(self) -> SnapshotInput:
-        if self.ref is not None and self.role is not None:
-            raise ValueError("give a ref, or a role (and name), not both")
-        if self.name is not None and self.role is None:
-            raise ValueError("a name narrows a role: give the role too")
-        return self
-
-
-class ClickInput(_Action):
-    ref: str = Field(pattern=REF_PATTERN, description="An element ref from browser.snapshot.")
-
-
-class PressInput(_Action):
-    ref: str | None = Field(default=None, pattern=REF_PATTERN)
-    key: str = Field(pattern=KEY_PATTERN, description="A key name such as Enter or Control+a.")
-
-
-class WaitForInput(_Input):
-    text: str | None = Field(default=None, min_length=1, max_length=500)
-    ref: str | None = Field(default=None, pattern=REF_PATTERN)
-    timeout_ms: int = Field(default=5_000, ge=0, le=20_000)
-
-    @model_validator(mode="after")
-    def _one_target(self) -> WaitForInput:
-        if (self.text is None) == (self.ref is None):
-            raise ValueError("give exactly one of text or ref")
-        return self
-
-
-class ScreenshotInput(_Input):
-    full_page: bool = Field(
-        default=False, description="The whole scrollable page instead of the visible part."
-    )
-
-
-async def navigate(ctx: ToolContext, args: NavigateInput) -> dict[str, Any]:
-    # Checked before the browser is touched: a refused URL never reaches Chromium.
-    target = resolve_target(args.url, ctx.identity.sandbox)
-    session = await session_of(ctx)
-
-    async def act(page: Page) -> dict[str, Any]:
-        session.leaving = True
-        going = asyncio.ensure_future(
-            page.goto(target, wait_until="load", timeout=NAVIGATION_TIMEOUT_MS)
-        )
-        stuck = asyncio.ensure_future(session.stuck.wait())
-        try:
-            await asyncio.wait({going, stuck}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            stuck.cancel()
-        if going.done():
-            response = going.result()
-        else:
-            # The page keeps opening dialogs and never unloads: a fresh page goes instead.
-            going.cancel()
-            page = await session.replace_page()
-            response = await page.goto(target, wait_until="load", timeout=NAVIGATION_TIMEOUT_MS)
-        result: dict[str, Any] = {
-            "url": page.url,
-            "status": response.status if response is not None else None,
-        }
-        if args.snapshot:
-            result.update(await snapshot_after_load(session, page))
-        return result
-
-    # A page that asks before it is left (beforeunload) answers with its dialog.
-    result = await session.run(ctx, act, dialog_aware=True)
-    await keep_screenshot(ctx, session)
-    return result
-
-
-async def snapshot(ctx: ToolContext, args: SnapshotInput) -> dict[str, Any]:
-    session = await session_of(ctx)
-
-    async def act(page: Page) -> dict[str, Any]:
-        scope = None
-        if args.ref is not None:
-            scope = locator(session, args.ref)
-        elif args.role is not None:
-            scope = page.get_by_role(args.role, name=args.name, exact=True).first  # type: ignore[arg-type]
-        snap = await session.take_snapshot(page, scope=scope, depth=args.depth)
-        return {"url": page.url, **snapshot_fields(snap)}
-
-    return await session.run(ctx, act, keeps_refs=args.ref is None, reads_only=True)
-
-
-async def click(ctx: ToolContext, args: ClickInput) -> dict[str, Any]:
-    session = await session_of(ctx)
-
-    async def act(page: Page) -> dict[str, Any]:
-        navigations = session.navigations
-        target = locator(session, args.ref)
-        # A file input's click opens a chooser no click can fill. (Listening for choosers
-        # instead makes Chromium intercept them, which slowed a 5000-row page's snapshot
-        # from about 5 s to over 10.)
-        if (await forms.field_kind(target))["kind"] == "file":
-            raise unsupported(
-                f"a file input takes browser.upload (with ref {args.ref} and workspace "
-                "paths), not a click"
-            )
-        await target.click(timeout=ACTION_TIMEOUT_MS)
-        return {
-            "clicked": args.ref,
-            **await after_action(session, page, navigations, args.snapshot),
-        }
-
-    return await acted(ctx, session, act)
-
-
-async def press(ctx: ToolContext, args: PressInput) -> dict[str, Any]:
-    session = await session_of(ctx)
-
-    async def act(page: Page) -> dict[str, Any]:
-        navigations = session.navigations
-        if args.ref is not None:
-            await locator(session, args.ref).press(args.key, timeout=ACTION_TIMEOUT_MS)
-        else:
-            await page.keyboard.press(args.key)
-        return {
-            "pressed": args.key,
-            **await after_action(session, page, navigations, args.snapshot),
-        }
-
-    return await acted(ctx, session, act)
-
-
-async def wait_for(ctx: ToolContext, args: WaitForInput) -> dict[str, Any]:
-    session = await session_of(ctx)
-
-    async def act(page: Page) -> dict[str, Any]:
-        if args.ref is not None:
-            target = locator(session, args.ref)
-        else:
-            target = page.get_by_text(args.text or "").first
-        await target.wait_for(state="visible", timeout=args.timeout_ms)
-        return {"found": True, "url": page.url}
-
-    return await session.run(ctx, act)
-
-
-async def screenshot(ctx: ToolContext, args: ScreenshotInput) -> dict[str, Any]:
-    session = await session_of(ctx)
-    # Through `run`, as every call: the guard's verdict and the page it was taken of.
-    shot = await session.run(
-        ctx,
-        lambda page: page.screenshot(
-            type="png", full_page=args.full_page, timeout=SCREENSHOT_TIMEOUT_MS
-        ),
-    )
-    ref = await session.keep_png(ctx.identity, shot)
-    width, height = png_size(shot) or (0, 0)
-    return {"artifact": ref.public(), "url": session.url, "width": width, "height": height}
 
 
 def tools(settings: Settings) -> list[Tool]:
@@ -248,8 +36,8 @@ def tools(settings: Settings) -> list[Tool]:
             description="Open a URL of the task's sandbox app in the task's own browser; the "
             "answer carries the loaded page's snapshot with element refs, as "
             "browser.snapshot's does (unless snapshot is false).",
-            input_model=NavigateInput,
-            handler=navigate,
+            input_model=navigating.NavigateInput,
+            handler=navigating.navigate,
             annotations=act,
             max_output_bytes=snapshot_bytes + 4096,
             **common,
@@ -260,8 +48,8 @@ def tools(settings: Settings) -> list[Tool]:
             description="An accessibility snapshot of the current page with element refs, "
             "bounded (a cut one says how to narrow it); narrow it to an element (ref), an "
             "ARIA role and name, or a depth.",
-            input_model=SnapshotInput,
-            handler=snapshot,
+            input_model=looking.SnapshotInput,
+            handler=looking.snapshot,
             annotations=read,
             max_output_bytes=snapshot_bytes,
             **common,
@@ -272,8 +60,8 @@ def tools(settings: Settings) -> list[Tool]:
             description="Click the element a ref names. The answer says what changed on "
             "the page; after a navigation, the new page's title and outline (browser.snapshot "
             "or snapshot true for the whole page).",
-            input_model=ClickInput,
-            handler=click,
+            input_model=pointer.ClickInput,
+            handler=pointer.click,
             annotations=act,
             side_effects=True,
             max_output_bytes=snapshot_bytes + 4096,
@@ -284,7 +72,7 @@ def tools(settings: Settings) -> list[Tool]:
             title="Fill a field",
             description="Replace the value of the text field a ref names; the answer says "
             "what changed on the page.",
-            input_model=FillInput,
+            input_model=forms.FillInput,
             handler=forms.fill,
             annotations=act,
             side_effects=True,
@@ -295,8 +83,8 @@ def tools(settings: Settings) -> list[Tool]:
             name="browser.press",
             title="Press a key",
             description="Press a key, on the element a ref names or on the focused one.",
-            input_model=PressInput,
-            handler=press,
+            input_model=pointer.PressInput,
+            handler=pointer.press,
             annotations=act,
             side_effects=True,
             max_output_bytes=snapshot_bytes + 4096,
@@ -306,8 +94,8 @@ def tools(settings: Settings) -> list[Tool]:
             name="browser.wait_for",
             title="Wait for text or an element",
             description="Wait until a text, or the element a ref names, is visible.",
-            input_model=WaitForInput,
-            handler=wait_for,
+            input_model=looking.WaitForInput,
+            handler=looking.wait_for,
             annotations=read,
             max_output_bytes=16 * 1024,
             long_running=True,
@@ -317,8 +105,8 @@ def tools(settings: Settings) -> list[Tool]:
             name="browser.screenshot",
             title="Take a screenshot",
             description="A PNG of the visible page, kept as an artifact of the task.",
-            input_model=ScreenshotInput,
-            handler=screenshot,
+            input_model=looking.ScreenshotInput,
+            handler=looking.screenshot,
             annotations=ToolAnnotations(read_only_hint=True),
             max_output_bytes=16 * 1024,
             **common,
@@ -401,15 +189,15 @@ def _more_tools(
             "browser.navigate_back",
             "Go back",
             "Go back one page in the current page's history; the answer carries its snapshot.",
-            pages.HistoryInput,
-            pages.navigate_back,
+            navigating.HistoryInput,
+            navigating.navigate_back,
         ),
         acting(
             "browser.navigate_forward",
             "Go forward",
             "Go forward one page in the current page's history; the answer carries its snapshot.",
-            pages.HistoryInput,
-            pages.navigate_forward,
+            navigating.HistoryInput,
+            navigating.navigate_forward,
         ),
         acting(
             "browser.handle_dialog",

@@ -1,11 +1,8 @@
-"""The windows a task's pages open (popups, new tabs), handed over as pages of the task.
+"""The windows a task's pages open (popups, new tabs), as Chromium tells of them at once.
 
-A popup headed for an allowed origin becomes a page of the task (`pages` of the session,
-`p2` and on); one headed anywhere else is closed and is a refusal that denies the call
-observing it; one past `MAX_PAGES` is closed and said so (`pages_refused`). Playwright hands
-a popup over only once it has set it up and its first navigation is over, so `Windows`
-keeps what Chromium says at once (a window is opening, its first request) for an action to
-wait, bounded, until what it opened has come.
+Playwright hands a popup over only once it has set it up and its first navigation is over,
+so `Windows` keeps what Chromium says at once (a window is opening, its first request) for an
+action to wait, bounded, until what it opened has come (`popups.py` hands it over).
 """
 
 from __future__ import annotations
@@ -13,23 +10,18 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Collection
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from playwright.async_api import BrowserContext, Page, Request
 from playwright.async_api import Error as PlaywrightError
 
-from .policy import BLANK, page_url_allowed
-
-if TYPE_CHECKING:
-    from .session import BrowserSession
+from .policy import BLANK
 
 POPUP_WAIT_MS = 1000
 # How long an action that opened a window waits for it to become a page of the task (or
 # be refused), so its own answer says so. Playwright hands a popup over only once it has
 # set it up and its first navigation is over: on a loaded machine, seconds after the click.
 POPUP_REGISTER_S = 10.0
-# Pages a task may hold at once (its first and the popups it kept); a popup beyond is closed.
-MAX_PAGES = 8
 
 
 class Windows:
@@ -107,43 +99,3 @@ class Windows:
                 )
                 target = request.url
         return target
-
-
-def popup(session: BrowserSession, popup: Page) -> None:
-    """A page the context opened: a page of the task, unless the task holds too many."""
-    windows = session.windows
-    windows.popup_seen.set()
-    if popup in session.pages.values() or session.opening_own:
-        return
-    windows.handed_over_one()
-    if len(session.pages) >= MAX_PAGES:
-        session.spawn(refuse_popup(session, popup, f"the task holds {MAX_PAGES} pages already"))
-        return
-    page_id = session.new_page_id()
-    session.pages[page_id] = popup
-    session.watch_page(popup)
-    session.spawn(adopt_popup(session, page_id, popup))
-
-
-async def refuse_popup(session: BrowserSession, popup: Page, why: str) -> None:
-    target = await session.windows.target(popup)
-    session.violate("popup_closed", target, denies=False)
-    session.note("pages_refused", {"url": target[:512], "why": why})
-    with contextlib.suppress(PlaywrightError):
-        await popup.close()
-
-
-async def adopt_popup(session: BrowserSession, page_id: str, popup: Page) -> None:
-    """A popup on an allowed origin stays, as a page of the task; one headed anywhere
-    else is closed and is a refusal."""
-    target = await session.windows.target(popup)
-    if not page_url_allowed(target, session.origins):
-        session.pages.pop(page_id, None)
-        session.violate("popup_blocked", target, denies=True)
-        with contextlib.suppress(PlaywrightError):
-            await popup.close()
-        return
-    opened = {"page": page_id, "url": target[:512]}
-    session.note("pages_opened", opened)
-    if session.identity is not None:
-        await session.sink.record(session.identity, "page_opened", opened)

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 from playwright.async_api import Error as PlaywrightError
 
+from gateway.browser.acting import snapshot_after_load
 from gateway.browser.policy import is_browser_service, page_url_allowed, resolve_target
 from gateway.browser.snapshot import Refs, build_snapshot, compact, resolve_ref
-from gateway.browser.tools import _snapshot_after_load
 from gateway.core.errors import ToolFailure
 from gateway.core.identity import Sandbox
 
@@ -113,7 +113,7 @@ class _SnapshotFails:
 
 
 async def test_a_navigate_whose_snapshot_fails_still_reports_the_navigation() -> None:
-    fields = await _snapshot_after_load(_SnapshotFails(), object())  # type: ignore[arg-type]
+    fields = await snapshot_after_load(_SnapshotFails(), object())  # type: ignore[arg-type]
     assert fields == {
         "snapshot_id": None,
         "snapshot": None,
