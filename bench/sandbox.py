@@ -34,9 +34,11 @@ from typing import Any
 from bench.report import summary, write
 from examples.synthetic_app.serve import SOURCE, example_repository
 from gateway.browser.memory import process_tree, pss_kib
-from gateway.core.sandbox_spec import DEFAULT_MAX_LIMITS, IncusBackend, Provision
+from gateway.core.sandbox_spec import IncusBackend, Provision
+from gateway.parts import IncusConfig, LocalConfig, SandboxesConfig
 from gateway.sandbox.checkout import extract
-from gateway.sandbox.incus import IncusProvider, IncusSandbox
+from gateway.sandbox.incus import IncusProvider
+from gateway.sandbox.incus_sandbox import IncusSandbox
 from gateway.sandbox.local import LocalProvider, LocalSandbox, host_unready, sandbox_processes
 from gateway.sandbox.provider import Binding, SandboxHandle, SandboxProvider
 from tests.servers.incus import IncusUnavailable, incus_daemon, incus_installed
@@ -199,13 +201,10 @@ async def run(rounds: int) -> dict[str, Any]:
                 direct.append(seconds)
                 checkouts.append(time.perf_counter() - c0)
                 direct_pss.append(pss)
-        local = LocalProvider(
-            root=root / "sandboxes",
-            repositories=repositories,
-            max_limits=DEFAULT_MAX_LIMITS,
-            uid_base=1_950_000_000,
-            max_live=LIVE_AT_ONCE + 1,
+        sandboxes = SandboxesConfig(
+            root=root / "sandboxes", repositories=repositories, max_live=LIVE_AT_ONCE + 1
         )
+        local = LocalProvider(LocalConfig(sandboxes, uid_base=1_950_000_000))
         await local.start()
         measured = {
             "local": await measure(
@@ -216,13 +215,8 @@ async def run(rounds: int) -> dict[str, Any]:
         if incus_installed():
             try:
                 with incus_daemon() as socket_path:
-                    incus = IncusProvider(
-                        IncusBackend(socket=socket_path, deployment="bench"),
-                        root=root / "sandboxes",
-                        repositories=repositories,
-                        max_limits=DEFAULT_MAX_LIMITS,
-                        max_live=LIVE_AT_ONCE + 1,
-                    )
+                    backend = IncusBackend(socket=socket_path, deployment="bench")
+                    incus = IncusProvider(IncusConfig(sandboxes, backend))
                     await incus.start()
                     spec = Provision(provider="incus", repository="synthetic-app", commit=commit)
                     measured["incus"] = await measure(incus, spec, binding, rounds)

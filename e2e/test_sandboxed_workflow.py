@@ -28,7 +28,7 @@ from examples.synthetic_app.serve import SOURCE, ExampleStack, provision_for, ru
 from examples.synthetic_app.store import AppStore, who
 from examples.synthetic_app.workflow import open_assistant, run_workflow, sign_in
 from gateway.core.tokens import Purpose
-from gateway.sandbox.incus import IncusSandbox
+from gateway.sandbox.incus_sandbox import IncusSandbox
 from gateway.sandbox.local import LocalSandbox, sandbox_processes
 from gateway.sandbox.provider import SandboxHandle
 from gateway.sandbox.service import Sandboxes

@@ -3,15 +3,25 @@
 A part's constructor takes its frozen config rather than the whole `Settings`, so a part
 can be built and tested without the environment; the environment variable names stay
 those of `Settings`. The configs of the adapters (the browser pool and its processes, the
-MCP door) are here, in the running gateway's layer, so that building them imports no
-adapter code; the store's is `gateway/core/store/config.py`, below, as the store is.
+MCP door, the sandbox providers) are here, in the running gateway's layer, so that
+building them imports no adapter code; the store's is `gateway/core/store/config.py`,
+below, as the store is.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 
+from gateway.core.sandbox_spec import (
+    DEFAULT_BUDGETS,
+    DEFAULT_MAX_LIMITS,
+    Budgets,
+    IncusBackend,
+    Limits,
+    Repository,
+)
 from gateway.core.store.config import StoreConfig
 from gateway.settings import Settings
 
@@ -67,6 +77,43 @@ class McpDoorConfig:
     max_sessions_per_task: int = 16
 
 
+@dataclass(frozen=True, slots=True)
+class SandboxesConfig:
+    """What every sandbox provider reads: where its sandboxes are, what they may run, and
+    the most each may take."""
+
+    # Checkouts, data folders and sockets are below it.
+    root: Path
+    repositories: Mapping[str, Repository] = field(default_factory=dict)
+    max_limits: Limits = DEFAULT_MAX_LIMITS
+    # Live sandboxes of one provider at once; past it a create is refused.
+    max_live: int = 32
+    # The DNS suffix of sandbox origins (`http://sbx-<id>.<domain>`).
+    domain: str = "sandbox.internal"
+    keep_data_max_bytes: int = 64 * 1024 * 1024
+    # What one sandbox's files may take: its checkout, its data, its /tmp.
+    budgets: Budgets = DEFAULT_BUDGETS
+
+
+@dataclass(frozen=True, slots=True)
+class LocalConfig:
+    """The `local` provider's: the sandboxes' bounds, their users and their cgroup."""
+
+    sandboxes: SandboxesConfig
+    # Sandboxes run as uid `uid_base + slot`, one slot per live sandbox.
+    uid_base: int = 1_900_000_000
+    # A delegated cgroup v2 folder; unset (or not usable): resource limits alone.
+    cgroup: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class IncusConfig:
+    """The `incus` provider's: the sandboxes' bounds and where its containers are made."""
+
+    sandboxes: SandboxesConfig
+    backend: IncusBackend
+
+
 def store_config(settings: Settings) -> StoreConfig:
     """The store's database, data dir, SQLite durability and artifact limit."""
     return StoreConfig(
@@ -115,3 +162,33 @@ def mcp_door_config(settings: Settings) -> McpDoorConfig:
         session_idle_s=settings.mcp_session_idle_s,
         max_sessions_per_task=settings.mcp_max_sessions_per_task,
     )
+
+
+def sandboxes_config(settings: Settings) -> SandboxesConfig:
+    """What every sandbox provider reads: the sandbox dir, repositories, limits, budgets."""
+    return SandboxesConfig(
+        root=settings.sandbox_root,
+        repositories=dict(settings.sandbox_repositories),
+        max_limits=settings.sandbox_max_limits,
+        max_live=settings.sandbox_max_live,
+        domain=settings.sandbox_domain,
+        keep_data_max_bytes=settings.sandbox_keep_data_max_bytes,
+        budgets=settings.sandbox_budgets,
+    )
+
+
+def local_config(settings: Settings) -> LocalConfig:
+    """The `local` provider's bounds, the first of its users' uids and its cgroup."""
+    return LocalConfig(
+        sandboxes=sandboxes_config(settings),
+        uid_base=settings.sandbox_uid_base,
+        cgroup=settings.sandbox_cgroup,
+    )
+
+
+def incus_config(settings: Settings) -> IncusConfig | None:
+    """The `incus` provider's bounds and backend; None when no backend is set (the gateway
+    then has no `incus` provider)."""
+    if settings.sandbox_incus is None:
+        return None
+    return IncusConfig(sandboxes=sandboxes_config(settings), backend=settings.sandbox_incus)

@@ -9,17 +9,24 @@ import pytest
 from pydantic import ValidationError
 
 from gateway.core.errors import StorageError
+from gateway.core.sandbox_spec import Budgets
 from gateway.core.store.config import StoreConfig
 from gateway.core.store.database import Store, sqlite_url
 from gateway.parts import (
     BrowserPoolConfig,
     BrowserProcessesConfig,
+    LocalConfig,
     McpDoorConfig,
+    SandboxesConfig,
     browser_pool_config,
     browser_processes_config,
+    incus_config,
+    local_config,
     mcp_door_config,
     store_config,
 )
+from gateway.sandbox.incus import IncusProvider
+from gateway.sandbox.local import LocalProvider
 from gateway.settings import Settings
 
 
@@ -132,6 +139,7 @@ def test_config_defaults_are_the_settings_defaults() -> None:
     assert browser_pool_config(settings) == BrowserPoolConfig()
     assert browser_processes_config(settings) == BrowserProcessesConfig(settings.data_dir)
     assert mcp_door_config(settings) == McpDoorConfig()
+    assert local_config(settings) == LocalConfig(SandboxesConfig(settings.sandbox_root))
 
 
 @pytest.mark.parametrize(
@@ -140,8 +148,57 @@ def test_config_defaults_are_the_settings_defaults() -> None:
         (BrowserPoolConfig(), "max_contexts"),
         (BrowserProcessesConfig(Path("/srv/gw")), "processes"),
         (McpDoorConfig(), "max_body_bytes"),
+        (LocalConfig(SandboxesConfig(Path("/srv/gw"))), "uid_base"),
     ],
 )
 def test_part_configs_are_frozen(config: object, field: str) -> None:
     with pytest.raises(dataclasses.FrozenInstanceError):
         setattr(config, field, 1)
+
+
+MIB = 1024 * 1024
+
+
+def test_sandbox_settings_reach_the_local_provider(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("GATEWAY_SANDBOX_DIR", str(tmp_path / "sandboxes"))
+    monkeypatch.setenv("GATEWAY_SANDBOX_UID_BASE", "2000000000")
+    monkeypatch.setenv("GATEWAY_SANDBOX_MAX_LIVE", "4")
+    monkeypatch.setenv("GATEWAY_SANDBOX_KEEP_DATA_MAX_BYTES", "1024")
+    # Only the keys given change; the others keep their defaults.
+    monkeypatch.setenv("GATEWAY_SANDBOX_BUDGETS", '{"data_bytes": 1048576, "tmp_bytes": 2097152}')
+    provider = LocalProvider(local_config(Settings()))
+    assert provider.config.uid_base == 2_000_000_000
+    assert provider.config.sandboxes.root == tmp_path / "sandboxes"
+    assert provider.config.sandboxes.max_live == 4
+    assert provider.config.sandboxes.keep_data_max_bytes == 1024
+    assert provider.config.sandboxes.budgets == Budgets(data_bytes=MIB, tmp_bytes=2 * MIB)
+
+
+def test_an_incus_provider_exists_only_with_a_backend(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert incus_config(Settings()) is None
+    monkeypatch.setenv("GATEWAY_SANDBOX_INCUS", '{"deployment": "staging", "warm": 0}')
+    monkeypatch.setenv("GATEWAY_SANDBOX_DOMAIN", "apps.internal")
+    settings = Settings()
+    config = incus_config(settings)
+    assert config is not None
+    provider = IncusProvider(config)
+    assert provider.backend.deployment == "staging"
+    assert provider.socket_dir == Path("/run/gateway-incus/staging")
+    # Both providers read the same sandbox settings, built once.
+    assert config.sandboxes == local_config(settings).sandboxes
+    assert config.sandboxes.domain == "apps.internal"
+
+
+def test_a_bad_sandbox_setting_is_refused_naming_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("GATEWAY_SANDBOX_BUDGETS", '{"data_bytes": 0}')
+    with pytest.raises(ValidationError, match=r"sandbox_budgets\.data_bytes"):
+        local_config(Settings())
+    monkeypatch.setenv("GATEWAY_SANDBOX_BUDGETS", '{"disk_bytes": 1}')
+    with pytest.raises(ValidationError, match="disk_bytes"):
+        local_config(Settings())
+    monkeypatch.delenv("GATEWAY_SANDBOX_BUDGETS")
+    monkeypatch.setenv("GATEWAY_SANDBOX_UID_BASE", "0")
+    with pytest.raises(ValidationError, match="sandbox_uid_base"):
+        local_config(Settings())

@@ -11,10 +11,9 @@ from starlette.routing import BaseRoute
 from gateway.browser.app_link import AppLink
 from gateway.core.identity import TaskIdentity
 from gateway.core.store.artifacts import ArtifactRef
+from gateway.parts import incus_config, local_config
 from gateway.runtime import Gateway
-from gateway.settings import Settings
 
-from .cgroup import CgroupParent
 from .incus import IncusProvider
 from .local import LocalProvider
 from .provider import ProviderRegistry
@@ -26,19 +25,9 @@ EVIDENCE_SCAN = 200  # records read back for a gone sandbox's manifest (it is am
 def install(gw: Gateway) -> list[BaseRoute]:
     settings = gw.settings
     providers = ProviderRegistry()
-    if settings.sandbox_incus is not None:
-        providers.add(
-            IncusProvider(
-                settings.sandbox_incus,
-                root=settings.sandbox_root,
-                repositories=settings.sandbox_repositories,
-                max_limits=settings.sandbox_max_limits,
-                max_live=settings.sandbox_max_live,
-                budgets=settings.sandbox_budgets,
-                domain=settings.sandbox_domain,
-                keep_data_max_bytes=settings.sandbox_keep_data_max_bytes,
-            )
-        )
+    incus = incus_config(settings)
+    if incus is not None:
+        providers.add(IncusProvider(incus))
     if settings.clustered:
         # A local sandbox lives beside the node that started it, and a task of a cluster
         # moves between nodes: a node of a cluster provisions only on a backend every
@@ -46,7 +35,7 @@ def install(gw: Gateway) -> list[BaseRoute]:
         if not providers.all():
             return []
     else:
-        providers.add(_local(settings))
+        providers.add(LocalProvider(local_config(settings)))
 
     async def put_artifact(
         identity: TaskIdentity, data: bytes, name: str, media_type: str
@@ -91,21 +80,3 @@ def install(gw: Gateway) -> list[BaseRoute]:
     gw.task_probes["sandbox"] = sandboxes.probe
     gw.add_part("sandboxes", start=sandboxes.start, stop=sandboxes.close)
     return []
-
-
-def _local(settings: Settings) -> LocalProvider:
-    return LocalProvider(
-        root=settings.sandbox_root,
-        repositories=settings.sandbox_repositories,
-        max_limits=settings.sandbox_max_limits,
-        uid_base=settings.sandbox_uid_base,
-        max_live=settings.sandbox_max_live,
-        domain=settings.sandbox_domain,
-        cgroup=CgroupParent.delegated(settings.sandbox_cgroup),
-        keep_data_max_bytes=settings.sandbox_keep_data_max_bytes,
-        checkout_max_bytes=settings.sandbox_budgets.checkout_bytes,
-        checkout_max_files=settings.sandbox_budgets.checkout_files,
-        data_max_bytes=settings.sandbox_budgets.data_bytes,
-        data_max_entries=settings.sandbox_budgets.data_entries,
-        tmp_max_bytes=settings.sandbox_budgets.tmp_bytes,
-    )

@@ -5,8 +5,10 @@ gateway's image, `/data` and `/tmp` as tmpfs of the budget's sizes, the system-c
 no user namespaces, the host's `/usr` and the gateway's interpreter read-only, and the
 proxy device that makes the app's socket a unix socket on this machine. Making one takes
 Incus a few seconds, so `warm` of them are kept started (the stock); a task takes one and
-binds it to itself (`incus.py`). Every blank is marked with the claimant that made it and
-when, so a killed gateway's stock is swept by the next start.
+binds it to itself (`incus_binding.py`). What every blank is made from (the storage
+pool, the profile, the image) is made here too, when it is missing. Every blank is
+marked with the claimant that made it and when, so a killed gateway's stock is swept by
+the next start.
 """
 
 from __future__ import annotations
@@ -114,6 +116,29 @@ class Blanks:
 
     def new_name(self) -> str:
         return f"{self.backend.prefix}sbx-{secrets.token_hex(8)}"
+
+    async def prepare(self) -> None:
+        """Make what every blank is made from, when missing: the pool, the profile, the
+        image."""
+        b = self.backend
+        if not await self.incus.has(f"/storage-pools/{b.pool}"):
+            with contextlib.suppress(IncusError):  # made by another node meanwhile
+                await self.incus.request(
+                    "POST", "/storage-pools", body={"name": b.pool, "driver": "dir"}
+                )
+        if not await self.incus.has(f"/profiles/{b.profile}"):
+            with contextlib.suppress(IncusError):
+                await self.incus.request(
+                    "POST",
+                    "/profiles",
+                    body={
+                        "name": b.profile,
+                        "description": "gateway sandboxes: a root disk, no network card",
+                        "devices": {"root": {"type": "disk", "path": "/", "pool": b.pool}},
+                    },
+                )
+        if not await self.incus.has(f"/images/aliases/{b.image}"):
+            await self.incus.import_image(incus_image.build(), alias=b.image)
 
     async def sweep(self) -> None:
         """Delete blanks of this deployment that nobody took in twice their lifetime: a

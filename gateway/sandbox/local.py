@@ -3,14 +3,15 @@
 For one task it:
 
 1. checks the spec against the registration (repository, environment names, limits);
-2. writes the commit into `<sandbox dir>/<id>/app` (`checkout.py`), mounts a tmpfs of the
-   data budget's size at `data` and another of the /tmp budget's at `tmp`, each owned by
-   the sandbox's user (`mounts.py`), and binds the app's listening unix socket
-   (`app.sock`, in a folder the sandbox never sees, so nothing the app does can point the
-   gateway's connections elsewhere);
-3. starts the app's command in its jail (`bubblewrap.py`), as a user of its own: uid
-   `GATEWAY_SANDBOX_UID_BASE + slot`, one slot per live sandbox, so the process limit,
-   file ownership and signals of one sandbox never touch another's;
+2. lays out its folder (`local_folder.py`): writes the commit into
+   `<sandbox dir>/<id>/app` (`checkout.py`), mounts a tmpfs of the data budget's size at
+   `data` and another of the /tmp budget's at `tmp`, each owned by the sandbox's user
+   (`mounts.py`), and binds the app's listening unix socket (`app.sock`, in a folder the
+   sandbox never sees, so nothing the app does can point the gateway's connections
+   elsewhere);
+3. starts the app's command in its jail (`local_jail.py`, `bubblewrap.py`), as a user of
+   its own: uid `GATEWAY_SANDBOX_UID_BASE + slot`, one slot per live sandbox, so the
+   process limit, file ownership and signals of one sandbox never touch another's;
 4. waits for `health_path` to answer 2xx through the socket, within the registration's
    `ready_timeout_s`; anything short of that tears it all down and raises.
 
@@ -33,32 +34,22 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import os
 import secrets
 import signal
-import socket
-import sys
 import tarfile
 import time
-from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, TypeVar
 
-from gateway.core.sandbox_spec import DEFAULT_BUDGETS, Limits, Provision, Repository
+from gateway.core.sandbox_spec import Limits, Provision, Repository
+from gateway.parts import LocalConfig
 
-from . import manifest, mounts, probe, seccomp, tree
-from .bubblewrap import (
-    APP_DIR,
-    DATA_DIR,
-    LISTEN_FD,
-    JailPlan,
-    command_line,
-    find_tools,
-)
+from . import local_folder, local_jail, manifest, probe, seccomp
+from .bubblewrap import APP_DIR, find_tools
 from .cgroup import CgroupParent
-from .checkout import MAX_CHECKOUT_BYTES, MAX_CHECKOUT_FILES, extract, resolve_commit
+from .checkout import Checkout
+from .commit_tree import resolve_commit
 from .data_archive import archive
 from .enforcement import read_back
 from .errors import SandboxError, Unhealthy
@@ -69,55 +60,21 @@ from .registration import check
 
 log = logging.getLogger(__name__)
 
-T = TypeVar("T")
-PYTHON = "{python}"
 PROBE_INTERVAL_S = 0.05
-INFO_TIMEOUT_S = 10.0
-# What one sandbox may keep in its data and its /tmp (`Budgets`: why), each the size of a
-# tmpfs the kernel holds it to.
-DATA_MAX_BYTES = DEFAULT_BUDGETS.data_bytes
-DATA_MAX_ENTRIES = DEFAULT_BUDGETS.data_entries
-TMP_MAX_BYTES = DEFAULT_BUDGETS.tmp_bytes
 
 
 class LocalProvider(SandboxProvider):
     name = PROVIDER_NAME
 
-    def __init__(
-        self,
-        *,
-        root: Path,
-        repositories: Mapping[str, Repository],
-        max_limits: Limits,
-        uid_base: int,
-        max_live: int,
-        domain: str = "sandbox.internal",
-        cgroup: CgroupParent | None = None,
-        keep_data_max_bytes: int = 64 * 1024 * 1024,
-        checkout_max_bytes: int = MAX_CHECKOUT_BYTES,
-        checkout_max_files: int = MAX_CHECKOUT_FILES,
-        data_max_bytes: int = DATA_MAX_BYTES,
-        data_max_entries: int = DATA_MAX_ENTRIES,
-        tmp_max_bytes: int = TMP_MAX_BYTES,
-    ) -> None:
+    def __init__(self, config: LocalConfig) -> None:
         super().__init__()
-        self.root = root
-        self.repositories = dict(repositories)
-        self.max_limits = max_limits
-        self.uid_base = uid_base
-        self.domain = domain
-        self.cgroup = cgroup
-        self.keep_data_max_bytes = keep_data_max_bytes
-        self.checkout_max_bytes = checkout_max_bytes
-        self.checkout_max_files = checkout_max_files
-        self.data_max_bytes = data_max_bytes
-        self.data_max_entries = data_max_entries
-        self.tmp_max_bytes = tmp_max_bytes
-        self.max_live = max_live
+        self.config = config
+        self.root = config.sandboxes.root
+        self.cgroup = CgroupParent.delegated(config.cgroup)
         # The system-call filter every jail gets; None on an architecture it is not
         # written for (the manifest then does not name it).
         self.seccomp: bytes | None = seccomp.no_user_namespaces()
-        self._free_slots = list(range(max_live))
+        self._free_slots = list(range(config.sandboxes.max_live))
         self._live: dict[str, LocalSandbox] = {}
 
     # -- the gateway's lifetime -----------------------------------------------------------
@@ -129,32 +86,14 @@ class LocalProvider(SandboxProvider):
         # What a gateway that stopped without tearing down left: its jails died with it
         # (`--die-with-parent`), unless one was orphaned on its way (a jail's app runs as
         # a sandbox uid, whoever its parent is now): any process of these uids is killed,
-        # and a uid one outlives is not handed out. Their filesystems are unmounted and
-        # their folders removed here; what cannot be is logged, never a reason not to
-        # start (the folders' names are random: a new sandbox never meets an old one).
-        left = reap_uids(range(self.uid_base, self.uid_base + self.max_live))
+        # and a uid one outlives is not handed out. Their filesystems and folders go next.
+        uid_base = self.config.uid_base
+        left = reap_uids(range(uid_base, uid_base + self.config.sandboxes.max_live))
         for uid in left:
             log.error("a process of sandbox uid %d outlived SIGKILL; its slot stays unused", uid)
             with contextlib.suppress(ValueError):
-                self._free_slots.remove(uid - self.uid_base)
-        self.root.mkdir(parents=True, exist_ok=True)
-        os.chmod(self.root, 0o700)
-        try:
-            points = mounts.mounted_below(self.root)
-        except OSError as exc:
-            log.error("the mounts below %s could not be read: %s", self.root, exc)
-            points = []
-        for point in points:
-            try:
-                mounts.unmount(point)
-            except OSError as exc:
-                log.error("a filesystem an earlier sandbox left is still mounted: %s", exc)
-        for entry in self.root.iterdir():
-            if entry.name.startswith("sbx-"):
-                try:
-                    tree.remove(entry)
-                except OSError as exc:
-                    log.error("what an earlier sandbox left could not be removed: %s", exc)
+                self._free_slots.remove(uid - uid_base)
+        local_folder.clear_root(self.root)
 
     async def close(self) -> None:
         for handle in list(self._live.values()):
@@ -166,7 +105,7 @@ class LocalProvider(SandboxProvider):
     # -- provisioning -----------------------------------------------------------------------
 
     def _check(self, spec: Provision) -> tuple[Repository, Limits]:
-        return check(spec, self.repositories, self.max_limits)
+        return check(spec, self.config.sandboxes.repositories, self.config.sandboxes.max_limits)
 
     def _require_host(self) -> None:
         reason = host_unready()
@@ -184,13 +123,13 @@ class LocalProvider(SandboxProvider):
         sandbox_id = f"sbx-{secrets.token_hex(8)}"
         handle = LocalSandbox(
             sandbox_id=sandbox_id,
-            origin=f"http://{sandbox_id}.{self.domain}",
+            origin=f"http://{sandbox_id}.{self.config.sandboxes.domain}",
             binding=binding,
             spec=spec,
             repository=repository,
             limits=limits,
             folder=self.root / sandbox_id,
-            uid=self.uid_base + slot,
+            uid=self.config.uid_base + slot,
             slot=slot,
         )
         self._live[sandbox_id] = handle
@@ -234,139 +173,22 @@ class LocalProvider(SandboxProvider):
         killed first; a slot one outlives is not used again)."""
         while self._free_slots:
             slot = self._free_slots.pop(0)
-            if not reap_uids([self.uid_base + slot]):
+            uid = self.config.uid_base + slot
+            if not reap_uids([uid]):
                 return slot
-            log.error("a process of sandbox uid %d outlived SIGKILL", self.uid_base + slot)
+            log.error("a process of sandbox uid %d outlived SIGKILL", uid)
         raise SandboxError("every local sandbox slot is in use; retry when a task ends")
 
-    def _prepare(self, handle: LocalSandbox) -> Any:
+    def _prepare(self, handle: LocalSandbox) -> Checkout:
         self.root.mkdir(parents=True, exist_ok=True)
-        handle.folder.mkdir(mode=0o700)
-        handle.checkout.mkdir()
-        checkout = extract(
-            Path(handle.repository.path),
-            handle.spec.commit,
-            handle.checkout,
-            max_bytes=self.checkout_max_bytes,
-            max_files=self.checkout_max_files,
-        )
-        # Sized by the kernel, not metered: what an app holds open after unlinking it, and
-        # folders at any depth, count as much as what a walk would see.
-        for name, folder, size in (
-            ("data", handle.data, self.data_max_bytes),
-            ("tmp", handle.tmp, self.tmp_max_bytes),
-        ):
-            folder.mkdir(mode=0o700)
-            try:
-                handle.sized[name] = mounts.mount_tmpfs(
-                    folder, size=size, entries=self.data_max_entries, uid=handle.uid
-                )
-            except OSError as exc:
-                # Never a folder without a size instead: the budget would be a claim.
-                raise SandboxError(
-                    f"the sandbox's {name} cannot be given its size: {exc}"
-                ) from None
-            handle.mounted.append(folder)
-        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        listener.bind(str(handle.socket_path))
-        listener.listen(128)
-        handle.listener = listener
-        handle.command = self._command(handle.repository)
-        handle.env = {
-            **handle.spec.env,
-            "PATH": "/usr/local/bin:/usr/bin:/bin",
-            "HOME": DATA_DIR,
-            "TMPDIR": "/tmp",  # noqa: S108 - the sandbox's own
-            "LANG": "C.UTF-8",
-            "SANDBOX_ID": handle.sandbox_id,
-            "SANDBOX_COMMIT": checkout.commit,
-            "SANDBOX_ORIGIN": handle.origin,
-            "SANDBOX_DATA": DATA_DIR,
-            "SANDBOX_LISTEN_FD": str(LISTEN_FD),
-        }
-        if self.cgroup is not None:
-            handle.cgroup = self.cgroup.create(handle.sandbox_id, handle.limits)
-        return checkout
-
-    @staticmethod
-    def _command(repository: Repository) -> list[str]:
-        python = sys.executable
-        return [python if part == PYTHON else part for part in repository.command]
-
-    def _read_only(self, repository: Repository) -> list[str]:
-        paths = list(repository.read_only)
-        if PYTHON in repository.command:
-            # The gateway's own interpreter and what is installed for it, read-only.
-            paths += [sys.prefix, sys.base_prefix]
-        return list(dict.fromkeys(paths))
+        return local_folder.prepare(handle, self.config.sandboxes.budgets, self.cgroup)
 
     async def _start(self, handle: LocalSandbox) -> None:
-        assert handle.listener is not None
-        with contextlib.ExitStack() as fds:
-            info_read, info_write = os.pipe()
-            fds.callback(os.close, info_read)
-            # What the jail gets a copy of: this end is closed once it is spawned.
-            with contextlib.ExitStack() as handed:
-                handed.callback(os.close, info_write)
-                seccomp_fd = None
-                if self.seccomp is not None:
-                    seccomp_fd = seccomp.program_fd(self.seccomp)
-                    handed.callback(os.close, seccomp_fd)
-                log_fd = os.open(handle.log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-                handed.callback(os.close, log_fd)
-                plan = JailPlan(
-                    checkout=handle.checkout,
-                    data=handle.data,
-                    uid=handle.uid,
-                    gid=handle.uid,
-                    limits=handle.limits,
-                    env=handle.env,
-                    command=handle.command,
-                    read_only=self._read_only(handle.repository),
-                    info_fd=info_write,
-                    seccomp_fd=seccomp_fd,
-                    tmp=handle.tmp,
-                )
-                argv = command_line(plan)
-                if handle.cgroup is not None:
-                    argv = [*CgroupParent.enter_prefix(handle.cgroup), *argv]
-                # The previous jail's namespace (a restart) says nothing of this one.
-                handle.release_namespace()
-                spawn = asyncio.ensure_future(
-                    asyncio.create_subprocess_exec(
-                        *argv,
-                        stdin=handle.listener.fileno(),
-                        stdout=log_fd,
-                        stderr=log_fd,
-                        pass_fds=tuple(fd for fd in (info_write, seccomp_fd) if fd is not None),
-                        env={"PATH": "/usr/local/bin:/usr/bin:/bin"},
-                        # Not in the gateway's process group: a Ctrl-C is the gateway's to
-                        # handle, which tears its sandboxes down in order.
-                        start_new_session=True,
-                    )
-                )
-                # Cancelled here (a teardown cancelling the watcher mid-restart), the jail
-                # may already be forked: the handle must know it before the cancellation
-                # goes on, or nobody kills it. Its root-run start (bwrap, before setpriv)
-                # has no sandbox uid yet, so a sweep by uid could miss it.
-                try:
-                    handle.process = await asyncio.shield(spawn)
-                except asyncio.CancelledError:
-                    with contextlib.suppress(Exception):
-                        handle.process = await _settled(spawn)
-                    raise
-            try:
-                child = await asyncio.wait_for(_child_pid(info_read), INFO_TIMEOUT_S)
-            except (TimeoutError, ValueError, OSError):
-                child = None
-        if child is None:
-            code = await _exit_code(handle.process)
-            raise Unhealthy(
-                "the sandbox's jail did not start",
-                details={"exit_code": code, "log": handle.log_tail()[-500:]},
-            )
-        with contextlib.suppress(OSError):
-            handle.hold_namespace(child)
+        await local_jail.start(
+            handle,
+            read_only=local_folder.read_only(handle.repository),
+            seccomp_program=self.seccomp,
+        )
 
     async def _until_healthy(self, handle: LocalSandbox) -> None:
         deadline = time.monotonic() + handle.repository.ready_timeout_s
@@ -447,7 +269,9 @@ class LocalProvider(SandboxProvider):
             )
         elif keep_data and handle.data.exists():
             try:
-                data, note = await asyncio.to_thread(archive, handle.data, self.keep_data_max_bytes)
+                data, note = await asyncio.to_thread(
+                    archive, handle.data, self.config.sandboxes.keep_data_max_bytes
+                )
             except (OSError, tarfile.TarError) as exc:  # the teardown goes on regardless
                 note = f"the data folder could not be archived: {exc}"
         await self._destroy(handle, left=left)
@@ -500,7 +324,7 @@ class LocalProvider(SandboxProvider):
             CgroupParent.remove(handle.cgroup)
         handle.release_namespace()
         try:
-            await asyncio.to_thread(_remove, handle)
+            await asyncio.to_thread(local_folder.remove, handle)
         except Exception:  # the slot is freed regardless: its folder's name is never reused
             log.exception("sandbox %s: its folder could not be removed", handle.sandbox_id)
         self._live.pop(handle.sandbox_id, None)
@@ -513,18 +337,6 @@ class LocalProvider(SandboxProvider):
                 left,
                 handle.uid,
             )
-
-
-def _remove(handle: LocalSandbox) -> None:
-    """Unmount the sandbox's filesystems (their memory goes with them, whatever they
-    hold), then remove its folder."""
-    while handle.mounted:
-        point = handle.mounted.pop()
-        try:
-            mounts.unmount(point)
-        except OSError as exc:
-            log.error("sandbox %s: %s", handle.sandbox_id, exc)
-    tree.remove(handle.folder)
 
 
 def host_unready() -> str | None:
@@ -541,48 +353,6 @@ def host_unready() -> str | None:
             "the gateway to run as root"
         )
     return None
-
-
-async def _child_pid(fd: int) -> int:
-    """The pid bwrap reports for the sandbox's init (`--info-fd`): a JSON object, then more
-    that is not read. `fd` stays its caller's to close; the stream reads a copy of it."""
-    loop = asyncio.get_running_loop()
-    reader = asyncio.StreamReader()
-    pipe = os.fdopen(os.dup(fd), "rb", buffering=0)
-    try:
-        transport, _ = await loop.connect_read_pipe(
-            lambda: asyncio.StreamReaderProtocol(reader), pipe
-        )
-    except BaseException:
-        pipe.close()  # the transport did not take it
-        raise
-    try:
-        raw = b""
-        while b"}" not in raw:
-            chunk = await reader.read(4096)
-            if not chunk:
-                raise ValueError("the jail ended before it reported")
-            raw += chunk
-        return int(json.loads(raw[: raw.index(b"}") + 1])["child-pid"])
-    finally:
-        transport.close()
-
-
-async def _exit_code(process: asyncio.subprocess.Process) -> int | None:
-    with contextlib.suppress(TimeoutError):
-        return await asyncio.wait_for(process.wait(), 2.0)
-    return None
-
-
-async def _settled(task: asyncio.Future[T]) -> T:
-    """`task`'s result, waited for through any cancellation of the caller (who re-raises
-    its own cancellation once it holds what it must clean up)."""
-    while True:
-        try:
-            return await asyncio.shield(task)
-        except asyncio.CancelledError:
-            if task.cancelled():
-                raise
 
 
 __all__ = [

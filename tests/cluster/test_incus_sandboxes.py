@@ -26,7 +26,7 @@ from gateway.core.results import Door, ToolResult
 from gateway.core.tasks.service import TaskCreate
 from gateway.runtime import Gateway
 from gateway.sandbox.extension import install as install_sandboxes
-from gateway.sandbox.incus import IncusSandbox
+from gateway.sandbox.incus_sandbox import IncusSandbox
 from gateway.sandbox.service import Sandboxes
 from gateway.testing.waiting import until
 from tests.browser.conftest import task_chromium

@@ -171,39 +171,41 @@ async def test_a_commit_over_the_gateways_checkout_budget_is_refused(
 
 
 async def test_an_app_writing_past_its_data_budget_gets_no_space(
-    live: LiveGateway, app_repo: AppRepo
+    tmp_path: Path, app_repo: AppRepo
 ) -> None:
-    provider = local_provider(live)
-    provider.data_max_bytes = 2 * MIB
-    task_id = (await provision(live, app_repo.v1))["task_id"]
-    # Each file within the file size limit; together past the budget: the kernel refuses
-    # the write that would go past it, and the app goes on serving.
-    outcomes = [await ask(live, task_id, f"/fill?path=/data/{n}&mb=1") for n in ("a", "b", "c")]
-    assert [o["ok"] for o in outcomes[:1]] == [True]
-    assert any("No space left on device" in o.get("error", "") for o in outcomes), outcomes
-    assert (await ask(live, task_id, "/version"))["version"] == "v1"
-    assert handle(live, task_id).state == "healthy"
+    settings = sandbox_settings(
+        tmp_path / "data", app_repo, sandbox_budgets={"data_bytes": 2 * MIB}
+    )
+    async with live_gateway(settings) as live:
+        task_id = (await provision(live, app_repo.v1))["task_id"]
+        # Each file within the file size limit; together past the budget: the kernel
+        # refuses the write that would go past it, and the app goes on serving.
+        outcomes = [await ask(live, task_id, f"/fill?path=/data/{n}&mb=1") for n in ("a", "b", "c")]
+        assert [o["ok"] for o in outcomes[:1]] == [True]
+        assert any("No space left on device" in o.get("error", "") for o in outcomes), outcomes
+        assert (await ask(live, task_id, "/version"))["version"] == "v1"
+        assert handle(live, task_id).state == "healthy"
 
 
 async def test_an_app_making_files_past_its_entries_budget_gets_no_space(
-    live: LiveGateway, app_repo: AppRepo
+    tmp_path: Path, app_repo: AppRepo
 ) -> None:
-    provider = local_provider(live)
-    provider.data_max_entries = 3
-    task_id = (await provision(live, app_repo.v1))["task_id"]
-    made = [await ask(live, task_id, f"/write?path=/data/{n}") for n in range(5)]
-    assert [o["ok"] for o in made] == [True, True, True, False, False], made
-    assert "No space left on device" in made[3]["error"]
+    settings = sandbox_settings(tmp_path / "data", app_repo, sandbox_budgets={"data_entries": 3})
+    async with live_gateway(settings) as live:
+        task_id = (await provision(live, app_repo.v1))["task_id"]
+        made = [await ask(live, task_id, f"/write?path=/data/{n}") for n in range(5)]
+        assert [o["ok"] for o in made] == [True, True, True, False, False], made
+        assert "No space left on device" in made[3]["error"]
 
 
-async def test_tmp_is_bounded_too(live: LiveGateway, app_repo: AppRepo) -> None:
-    provider = local_provider(live)
+async def test_tmp_is_bounded_too(tmp_path: Path, app_repo: AppRepo) -> None:
     # A tmpfs of a fixed size: a write past it fails.
-    provider.tmp_max_bytes = 1 * MIB
-    sized = (await provision(live, app_repo.v1))["task_id"]
-    full = await ask(live, sized, "/fill?path=/tmp/big&mb=4")
-    assert not full["ok"] and "No space left on device" in full["error"], full
-    assert handle(live, sized).manifest["enforced"]["tmp"]["bytes"] == 1 * MIB
+    settings = sandbox_settings(tmp_path / "data", app_repo, sandbox_budgets={"tmp_bytes": MIB})
+    async with live_gateway(settings) as live:
+        sized = (await provision(live, app_repo.v1))["task_id"]
+        full = await ask(live, sized, "/fill?path=/tmp/big&mb=4")
+        assert not full["ok"] and "No space left on device" in full["error"], full
+        assert handle(live, sized).manifest["enforced"]["tmp"]["bytes"] == 1 * MIB
 
 
 # -- a jail escaping teardown -------------------------------------------------------------

@@ -21,7 +21,8 @@ from typing import Any
 import pytest
 
 from gateway.sandbox import data_archive, tree
-from gateway.sandbox.checkout import MAX_CHECKOUT_DEPTH, extract, resolve_commit
+from gateway.sandbox.checkout import extract
+from gateway.sandbox.commit_tree import MAX_CHECKOUT_DEPTH, resolve_commit
 from gateway.sandbox.errors import SandboxRefused, UnknownCommit
 from gateway.testing import live_gateway
 from gateway.testing.waiting import until, until_true
@@ -84,10 +85,13 @@ async def test_a_deep_folder_neither_escapes_the_data_budget_nor_keeps_its_slot(
     tmp_path: Path, app_repo: AppRepo
 ) -> None:
     settings = sandbox_settings(
-        tmp_path / "data", app_repo, sandbox_uid_base=BASE, sandbox_max_live=2
+        tmp_path / "data",
+        app_repo,
+        sandbox_uid_base=BASE,
+        sandbox_max_live=2,
+        sandbox_budgets={"data_bytes": 8 * MIB},
     )
     async with live_gateway(settings) as live:
-        local_provider(live).data_max_bytes = 8 * MIB
         for _ in range(3):  # two slots: a third task needs one freed by the first two
             task_id = (await provision(live, app_repo.v1))["task_id"]
             sandbox = handle(live, task_id)
@@ -175,9 +179,10 @@ def test_a_checkout_of_a_deep_tree_is_refused(tmp_path: Path) -> None:
 async def test_files_unlinked_but_held_open_count_against_the_data_budget(
     tmp_path: Path, app_repo: AppRepo
 ) -> None:
-    settings = sandbox_settings(tmp_path / "data", app_repo, sandbox_uid_base=BASE)
+    settings = sandbox_settings(
+        tmp_path / "data", app_repo, sandbox_uid_base=BASE, sandbox_budgets={"data_bytes": 8 * MIB}
+    )
     async with live_gateway(settings) as live:
-        local_provider(live).data_max_bytes = 8 * MIB
         task_id = (await provision(live, app_repo.v1))["task_id"]
         held = await ask(live, task_id, "/hold?n=4&mb=16")
         assert held["ok"], held
@@ -209,13 +214,14 @@ async def test_shared_memory_and_memfds_hold_nothing_past_the_limits(
         # running jail, and what nothing holds on this host.
         manifest = handle(live, task_id).manifest
         enforced = manifest["enforced"]
+        budgets = local_provider(live).config.sandboxes.budgets
         assert enforced["data"] == {
             "by": "tmpfs",
-            "bytes": local_provider(live).data_max_bytes,
-            "entries": local_provider(live).data_max_entries,
+            "bytes": budgets.data_bytes,
+            "entries": budgets.data_entries,
         }
         assert enforced["tmp"]["by"] == "tmpfs"
-        assert enforced["tmp"]["bytes"] == local_provider(live).tmp_max_bytes
+        assert enforced["tmp"]["bytes"] == budgets.tmp_bytes
         assert {"memfd_create", "shmget", "msgget"} <= set(enforced["refused_calls"])
         assert enforced["rlimits"]["address_space_bytes"] == 128 * MIB
         assert (enforced["no_new_privs"], enforced["capabilities"]) == (True, "none")

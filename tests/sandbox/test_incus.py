@@ -20,7 +20,8 @@ import pytest_asyncio
 from pydantic import BaseModel
 
 from gateway.runtime import Gateway
-from gateway.sandbox.incus import IncusProvider, IncusSandbox
+from gateway.sandbox.incus import IncusProvider
+from gateway.sandbox.incus_sandbox import IncusSandbox
 from gateway.sandbox.service import Sandboxes
 from gateway.serving import free_port
 from gateway.settings import Settings

@@ -22,8 +22,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from gateway.sandbox.incus import incus_reachable
-from gateway.sandbox.incus_api import DEFAULT_SOCKET
+from gateway.sandbox.incus_api import DEFAULT_SOCKET, incus_reachable
 
 DAEMON = Path("/usr/libexec/incus/incusd")
 START_TIMEOUT_S = 30.0
