@@ -18,7 +18,7 @@ import asyncio
 import os
 import secrets
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, TypedDict, Unpack
 from urllib.parse import urlsplit
 
 import httpx
@@ -35,6 +35,17 @@ from gateway.bridge.envelopes import (
 )
 from gateway.bridge.schemas import BRIDGE_SCHEMA
 from gateway.bridge.validation import load_json, parse_envelope, validation_errors
+
+
+class RequestOptions(TypedDict, total=False):
+    """What a call may say beyond its tool and input: its `request_id` (reused, it replays
+    a side-effect tool's recorded result), the `capability` it claims, the sandbox-side
+    `caller_session_id`, and `metadata` passed through to the host."""
+
+    request_id: str | None
+    capability: str | None
+    caller_session_id: str | None
+    metadata: Mapping[str, Any] | None
 
 
 def new_request_id() -> str:
@@ -86,13 +97,11 @@ class BridgeClient:
         self,
         tool: str,
         tool_input: Any = None,
-        *,
-        request_id: str | None = None,
-        capability: str | None = None,
-        caller_session_id: str | None = None,
-        metadata: Mapping[str, Any] | None = None,
+        **options: Unpack[RequestOptions],
     ) -> ParentToolRequest:
         """The request envelope for one call (raises ValidationError if it cannot be one)."""
+        request_id = options.get("request_id")
+        metadata = options.get("metadata")
         meta = self.envelope.metadata
         task_id = meta.get("task_id")
         sandbox_id = meta.get("sandbox_id")
@@ -104,11 +113,12 @@ class BridgeClient:
             input=dict(tool_input) if isinstance(tool_input, Mapping) else tool_input or {},
             sandbox_session=SandboxSession(
                 sandbox_session_id=sandbox_id if isinstance(sandbox_id, str) else None,
-                caller_session_id=caller_session_id,
+                caller_session_id=options.get("caller_session_id"),
                 task_id=task_id if isinstance(task_id, str) else None,
             ),
             authorization=RequestAuthorization(
-                allowed_tools=list(self.envelope.allowed_tools), capability=capability
+                allowed_tools=list(self.envelope.allowed_tools),
+                capability=options.get("capability"),
             ),
             metadata=dict(metadata or {}),
         )
@@ -117,17 +127,13 @@ class BridgeClient:
         self,
         tool: str,
         tool_input: Any = None,
-        *,
-        request_id: str | None = None,
-        capability: str | None = None,
-        caller_session_id: str | None = None,
-        metadata: Mapping[str, Any] | None = None,
+        **options: Unpack[RequestOptions],
     ) -> ParentToolResult:
         """Ask the host to run `tool`; always one result envelope, never an exception.
 
         Reusing a `request_id` replays a side-effect tool's recorded result.
         """
-        request_id = request_id or new_request_id()
+        request_id = options["request_id"] = options.get("request_id") or new_request_id()
         if tool not in self.envelope.allowed_tools:
             return failure(
                 "denied",
@@ -137,14 +143,7 @@ class BridgeClient:
                 tool=tool,
             )
         try:
-            request = self.request(
-                tool,
-                tool_input,
-                request_id=request_id,
-                capability=capability,
-                caller_session_id=caller_session_id,
-                metadata=metadata,
-            )
+            request = self.request(tool, tool_input, **options)
         except ValidationError as exc:
             return failure(
                 "failed",

@@ -10,33 +10,20 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from typing import Any, Protocol
+from typing import Any, Protocol, Unpack
 
 from gateway.core.errors import GatewayError
 from gateway.core.identity import TaskIdentity
 from gateway.core.ids import new_id
 from gateway.core.pipeline.keys import KeyLocks
-from gateway.core.ports import Elicit
-from gateway.core.registry import ProgressFn, Tool
+from gateway.core.ports import CallOptions, CallRunner
+from gateway.core.registry import Tool
 from gateway.core.results import Door, ToolResult
 
 
-class LocalPipeline(Protocol):
-    """What routing needs of this node's pipeline (`gateway.core.pipeline.Pipeline`)."""
-
-    async def call(
-        self,
-        identity: TaskIdentity,
-        tool_name: str,
-        raw_input: Any,
-        *,
-        door: Door,
-        idempotency_key: str | None = None,
-        progress: ProgressFn | None = None,
-        cancel: asyncio.Event | None = None,
-        call_id: str | None = None,
-        elicit: Elicit | None = None,
-    ) -> ToolResult: ...
+class LocalPipeline(CallRunner, Protocol):
+    """What routing needs of this node's pipeline (`gateway.core.pipeline.Pipeline`): its
+    calls, and the two answers it gives without running one."""
 
     async def checked(self, identity: TaskIdentity, tool_name: str) -> Tool: ...
 
@@ -90,28 +77,15 @@ class Routing:
         raw_input: Any,
         *,
         door: Door,
-        idempotency_key: str | None = None,
-        progress: ProgressFn | None = None,
-        cancel: asyncio.Event | None = None,
-        call_id: str | None = None,
-        elicit: Elicit | None = None,
+        **options: Unpack[CallOptions],
     ) -> ToolResult:
         """Run one call to its terminal result, on the task's owner. Never raises for a
         call-level failure. `progress`, `cancel` and `elicit` reach a call run here only."""
-        call_id = call_id or new_id("call")
+        call_id = options["call_id"] = options.get("call_id") or new_id("call")
+        idempotency_key = options.get("idempotency_key")
 
         async def here() -> ToolResult:
-            return await self.pipeline.call(
-                identity,
-                tool_name,
-                raw_input,
-                door=door,
-                idempotency_key=idempotency_key,
-                progress=progress,
-                cancel=cancel,
-                call_id=call_id,
-                elicit=elicit,
-            )
+            return await self.pipeline.call(identity, tool_name, raw_input, door=door, **options)
 
         try:
             # These checks need nothing of the task's owner: a call they refuse is refused

@@ -3,7 +3,8 @@
 An adapter (a door, the tab hub, the bridge, the browser pool) is handed only what it uses,
 so what it may touch is plain from its constructor, and a test can hand it a stand-in:
 
-- `CallRunner`: run one tool call through the pipeline to its terminal result;
+- `CallRunner`: run one tool call through the pipeline to its terminal result, with the
+  `CallOptions` a door may add;
 - `Catalog`: the tools an identity may see;
 - `EventRecorder`: evidence that is not a call (once, or aggregated for floods);
 - `TaskLookup`: a token to the task's stored identity (and its claims);
@@ -21,7 +22,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, TypedDict, Unpack
 
 from gateway.core.identity import TaskIdentity
 from gateway.core.registry import ProgressFn
@@ -34,6 +35,24 @@ from gateway.core.tokens import Purpose, TokenClaims
 Elicit = Callable[[Mapping[str, Any]], Awaitable[tuple[str, str] | None]]
 
 
+class CallOptions(TypedDict, total=False):
+    """What a door may say of one call beyond its task, tool and input; each is optional.
+
+    - `idempotency_key`: calls of a side-effecting tool under one key run once; a replay is
+      answered with the first one's recorded result;
+    - `progress`: where the tool's progress notes go, for a door that relays them;
+    - `cancel`: set when the caller gives the call up;
+    - `call_id`: the call's id, when the door has named it already;
+    - `elicit`: how to ask the person at the agent's client, for a door that can.
+    """
+
+    idempotency_key: str | None
+    progress: ProgressFn | None
+    cancel: asyncio.Event | None
+    call_id: str | None
+    elicit: Elicit | None
+
+
 class CallRunner(Protocol):
     async def call(
         self,
@@ -42,11 +61,7 @@ class CallRunner(Protocol):
         raw_input: Any,
         *,
         door: Door,
-        idempotency_key: str | None = None,
-        progress: ProgressFn | None = None,
-        cancel: asyncio.Event | None = None,
-        call_id: str | None = None,
-        elicit: Elicit | None = None,
+        **options: Unpack[CallOptions],
     ) -> ToolResult: ...
 
 

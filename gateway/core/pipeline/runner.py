@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import Any
+from typing import Any, Unpack
 
 from gateway.core.approval_policy import Need
 from gateway.core.approvals.broker import Approvals
@@ -14,10 +14,10 @@ from gateway.core.evidence import EventLog
 from gateway.core.identity import TaskIdentity
 from gateway.core.ids import new_id
 from gateway.core.metrics import Metrics
-from gateway.core.ports import NO_FENCING, Elicit, Fenced, Fencing
+from gateway.core.ports import NO_FENCING, CallOptions, Fenced, Fencing
 from gateway.core.recording import declared_secrets, input_digest, recorded_input, recorded_output
 from gateway.core.redaction import Redactor
-from gateway.core.registry import ProgressFn, Registry, Services, Tool, ToolContext
+from gateway.core.registry import Registry, Services, Tool, ToolContext
 from gateway.core.results import Door, ErrorCode, ToolError, ToolResult, ToolStatus
 from gateway.core.store.database import Store
 from gateway.core.tasks.service import TaskService
@@ -65,23 +65,20 @@ class Pipeline:
         raw_input: Any,
         *,
         door: Door,
-        idempotency_key: str | None = None,
-        progress: ProgressFn | None = None,
-        cancel: asyncio.Event | None = None,
-        call_id: str | None = None,
-        elicit: Elicit | None = None,
+        **options: Unpack[CallOptions],
     ) -> ToolResult:
         """Run one call to its terminal result. Never raises for a call-level failure.
 
         `elicit`, from a door that can ask the person at the agent's client, is one more
         channel for the approvals this call may need."""
-        call_id = call_id or new_id("call")
+        call_id = options.get("call_id") or new_id("call")
+        idempotency_key = options.get("idempotency_key")
         tool_name = steps.printable_name(tool_name)
         tool = self.registry.get(tool_name)
         if tool is not None:
             # Called by its id or by its exposed name: evidence and results name the id.
             tool_name = tool.name
-        asking = Asking(progress, cancel, elicit)
+        asking = Asking(options.get("progress"), options.get("cancel"), options.get("elicit"))
         if tool is None or not tool.side_effects or not idempotency_key:
             return await self._call(
                 identity, tool_name, raw_input, door, idempotency_key, asking, call_id
