@@ -162,7 +162,7 @@ class Gateway:
             self.tokens.use_keys(self.settings.secret_keys)
             for secret in (*self.settings.secret_keys, self.settings.control_key or ""):
                 self.redactor.add_secret(secret)
-            await stack.enter_async_context(hooks(self.store.start, self.store.close)())
+            await stack.enter_async_context(self.store)
             await self.tasks.load()
             if not self.settings.clustered:
                 # A node of a cluster shares the table: the approvals left by a node are

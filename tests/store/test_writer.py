@@ -386,33 +386,31 @@ async def test_the_writer_connects_again_after_postgresql_dropped_it(
     assert again.ok, again.error
     records = await gw.store.evidence_for(ident.org_id, ident.task_id)
     assert [r["status"] for r in records if r["tool"] == "t.note"] == ["succeeded"] * 3
-    assert gw.store._writer is not None and gw.store._writer.reconnects == 1
+    assert gw.store.opened.writer.reconnects == 1
 
 
-async def sqlite_store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Store:
+@contextlib.asynccontextmanager
+async def sqlite_store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[Store]:
     """A SQLite store whose next commit goes in on the event loop's thread, if it may."""
     # No checkpoint holds the database's turn while the test looks (the loop's commit
     # would hand over to the thread rather than wait for it).
     monkeypatch.setattr(writer, "CHECKPOINT_QUIET_S", 3600.0)
-    store = Store(StoreConfig(sqlite_url(tmp_path), tmp_path, synchronous="NORMAL"))
-    await store.start()
-    # Once the writer's thread has its connection, the loop's own can open without
-    # meeting it mid-setup; and the loop commits only once the thread is through all it
-    # was handed (it settles a batch's callers a moment before it counts it done).
-    await asyncio.wait_for(store.enqueue([]), BOUND_S)
-    w = store._writer
-    assert w is not None
-    await until(lambda: w._submitted == w._finished, "the writer is idle")
-    return store
+    async with Store(StoreConfig(sqlite_url(tmp_path), tmp_path, synchronous="NORMAL")) as store:
+        # Once the writer's thread has its connection, the loop's own can open without
+        # meeting it mid-setup; and the loop commits only once the thread is through all
+        # it was handed (it settles a batch's callers a moment before it counts it done).
+        await asyncio.wait_for(store.enqueue([]), BOUND_S)
+        w = store.opened.writer
+        await until(lambda: w._submitted == w._finished, "the writer is idle")
+        yield store
 
 
 async def test_large_records_are_committed_by_the_thread_not_on_the_event_loop(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    store = await sqlite_store(tmp_path, monkeypatch)
-    try:
-        w = store._writer
-        assert w is not None and w.inline
+    async with sqlite_store(tmp_path, monkeypatch) as store:
+        w = store.opened.writer
+        assert w.inline
         handed = w._submitted
         await store.commit([crafted("evt_small")])
         assert w._submitted == handed  # committed on the loop's thread: nothing handed over
@@ -428,8 +426,6 @@ async def test_large_records_are_committed_by_the_thread_not_on_the_event_loop(
         assert w._submitted == handed + 1  # one row, but too much text for the loop's thread
         stored = await store.evidence_for("org_a", "task_crafted")
         assert [r["id"] for r in stored] == ["evt_small", "evt_large"]
-    finally:
-        await store.close()
 
 
 class ClosingChecked:
@@ -455,14 +451,13 @@ class ClosingChecked:
 async def test_stopping_the_writer_never_closes_the_loops_connection_mid_commit(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    store = await sqlite_store(tmp_path, monkeypatch)
-    w = store._writer
-    assert w is not None
-    await store.commit([crafted("evt_inline")])
-    assert w._inline_conn is not None  # committed on the loop's thread
-    checked = ClosingChecked(w._inline_conn, w._turn)
-    monkeypatch.setattr(w, "_inline_conn", checked)
-    await store.close()
+    async with sqlite_store(tmp_path, monkeypatch) as store:
+        w = store.opened.writer
+        await store.commit([crafted("evt_inline")])
+        assert w._inline_conn is not None  # committed on the loop's thread
+        checked = ClosingChecked(w._inline_conn, w._turn)
+        monkeypatch.setattr(w, "_inline_conn", checked)
+    # Left the store: closed.
     assert checked.closed_while_held is True
     # A stopped writer commits nothing more on the loop's thread (nor reopens for it).
     assert w.commit_inline([[crafted("evt_late")]]) is None

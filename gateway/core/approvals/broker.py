@@ -7,19 +7,24 @@ cancelled (the caller went away, or the task ended). `decide` takes an answer fr
 channel; the store's conditional update makes the first answer the only one, so a second
 answer, a replay, or an answer after expiry is refused. Every request and decision is
 evidence: who, when, through which channel, for which input digest.
+
+Here the desk itself: the requests it holds, stored, shown and settled; how a call waits
+for its outcome is `waiting.py`, whether an answer may settle a request `answering.py`, and
+what a person granted for the rest of a task `grants.py`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import hmac
 import logging
 import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from gateway.core.approval_policy import Need
+from gateway.core.approvals.answering import checked_answer
+from gateway.core.approvals.grants import TaskGrants
+from gateway.core.approvals.policy import Need
 from gateway.core.approvals.question import Question
 from gateway.core.approvals.request import (
     ApprovalConflict,
@@ -29,26 +34,19 @@ from gateway.core.approvals.request import (
     Status,
 )
 from gateway.core.approvals.summary import default_summary, text_only, without
-from gateway.core.errors import GatewayError, InvalidInput, NotFound, QuotaExceeded, ToolFailure
+from gateway.core.approvals.waiting import await_outcome
+from gateway.core.errors import GatewayError, InvalidInput, NotFound, QuotaExceeded
 from gateway.core.evidence import EventLog
 from gateway.core.identity import TaskIdentity
 from gateway.core.ids import new_id
 from gateway.core.ports import Elicit
-from gateway.core.registry import ProgressFn
-from gateway.core.results import ErrorCode, ToolStatus
 from gateway.core.store.database import Store
 
 log = logging.getLogger(__name__)
 
-# How often a waiting call tells its client it is still waiting (MCP progress).
-KEEPALIVE_S = 10.0
 # Requests one task may have waiting at once: each is a row, evidence and a panel in the
 # person's tab, and no person answers dozens at once.
 MAX_PENDING_PER_TASK = 16
-
-
-def _cancelled(message: str) -> ToolFailure:
-    return ToolFailure(ToolStatus.FAILED, ErrorCode.CANCELLED, message)
 
 
 Listener = Callable[[ApprovalRequest], None]
@@ -73,9 +71,8 @@ class Approvals:
         self._stored: dict[str, asyncio.Future[None]] = {}
         self._identities: dict[str, TaskIdentity] = {}
         self._waiters: dict[str, asyncio.Future[ApprovalRequest]] = {}
-        self._grants: dict[str, dict[str, dict[str, Any]]] = {}
+        self._grants = TaskGrants(store)
         self._listeners: list[Listener] = []
-        self._granting = asyncio.Lock()
 
     async def recover(self) -> None:
         """At start: requests a stopped process left pending are cancelled (their calls are
@@ -98,38 +95,18 @@ class Approvals:
 
     # -- grants for the task ----------------------------------------------------------
 
-    async def _task_grants(self, task_id: str) -> dict[str, dict[str, Any]]:
-        grants = self._grants.get(task_id)
-        if grants is None:
-            grants = self._grants[task_id] = await self.store.task_grants(task_id)
-        return grants
-
     async def granted(self, task_id: str, tool: str, need: Need) -> dict[str, Any] | None:
         """What a person granted for the rest of the task that answers exactly this need of
-        this tool, if anything: filed under the need, and given for the party it names (a
-        grant of the tool's own ask never opens the gate in front of the tool, an actor's
-        grant never a control need)."""
-        grant = (await self._task_grants(task_id)).get(need.grant_key(tool))
-        if grant is None or grant.get("need") != need.public():
-            return None
-        return grant
-
-    async def _all_grants(self, task_id: str) -> dict[str, dict[str, Any]]:
-        cached = self._grants.get(task_id)
-        return dict(cached) if cached is not None else await self.store.task_grants(task_id)
+        this tool, if anything (grants.py)."""
+        return await self._grants.granted(task_id, tool, need)
 
     async def grants(self, task_id: str) -> dict[str, dict[str, Any]]:
         """The tools granted for the rest of the task (the gate in front of each), by id."""
-        return {k: v for k, v in (await self._all_grants(task_id)).items() if "/" not in k}
+        return await self._grants.grants(task_id)
 
     async def granted_asks(self, task_id: str) -> list[dict[str, Any]]:
-        """The tools' own asks granted for the rest of the task: each tool still passes
-        its gate as its grant says, and only the ask is not asked again."""
-        return [
-            {"tool": key.split("/", 1)[0], **grant}
-            for key, grant in (await self._all_grants(task_id)).items()
-            if "/" in key
-        ]
+        """The tools' own asks granted for the rest of the task."""
+        return await self._grants.granted_asks(task_id)
 
     # -- asking -----------------------------------------------------------------------
 
@@ -201,7 +178,14 @@ class Approvals:
         if elicit is not None and "elicitation" in request.channels:
             helpers.append(asyncio.ensure_future(self._elicit(identity, request, elicit)))
         try:
-            await self._wait(identity, request, waiter, cancel, progress)
+            await await_outcome(
+                request,
+                waiter,
+                clock=self._clock,
+                close=lambda status: self._close(identity, request, status),
+                cancel=cancel,
+                progress=progress,
+            )
         finally:
             for helper in helpers:
                 helper.cancel()
@@ -221,70 +205,6 @@ class Approvals:
     def _tell_closed(self, request: ApprovalRequest, status: Status) -> None:
         request.status = status
         self._tell(request)
-
-    async def _wait(
-        self,
-        identity: TaskIdentity,
-        request: ApprovalRequest,
-        waiter: asyncio.Future[ApprovalRequest],
-        cancel: asyncio.Event | None,
-        progress: ProgressFn | None,
-    ) -> None:
-        stop: asyncio.Future[Any] | None = (
-            asyncio.ensure_future(cancel.wait()) if cancel is not None else None
-        )
-        try:
-            while not waiter.done():
-                left = request.expires_at - self._clock()
-                if left <= 0:
-                    break
-                waiting: list[asyncio.Future[Any]] = [waiter] if stop is None else [waiter, stop]
-                await asyncio.wait(
-                    waiting,
-                    timeout=min(left, KEEPALIVE_S),
-                    return_when=asyncio.FIRST_COMPLETED,
-                )
-                if stop is not None and stop.done():
-                    break
-                if not waiter.done() and progress is not None:
-                    with contextlib.suppress(Exception):
-                        await progress(0, None, f"waiting for a person to approve {request.tool}")
-        except asyncio.CancelledError:
-            await asyncio.shield(self._close(identity, request, "cancelled"))
-            raise
-        finally:
-            if stop is not None:
-                stop.cancel()
-        if not waiter.done():
-            cancelled = stop is not None and cancel is not None and cancel.is_set()
-            if await self._close(identity, request, "cancelled" if cancelled else "expired"):
-                if cancelled:
-                    raise _cancelled("the caller cancelled the call")
-                raise ToolFailure(
-                    ToolStatus.TIMEOUT,
-                    ErrorCode.APPROVAL_TIMEOUT,
-                    f"no one answered the approval for {request.tool} in time",
-                    retryable=True,
-                    details={"approval_id": request.id},
-                )
-            # An answer won the race to the store: its outcome is the one.
-            await waiter
-        self._outcome(waiter.result())
-
-    @staticmethod
-    def _outcome(decided: ApprovalRequest) -> None:
-        """Return if approved; else the call's terminal failure."""
-        if decided.status == "approved":
-            return
-        if decided.status == "cancelled":
-            raise _cancelled("the approval was cancelled (the task ended)")
-        message = decided.decision.message if decided.decision else None
-        raise ToolFailure(
-            ToolStatus.DENIED,
-            ErrorCode.APPROVAL_DENIED,
-            f"a person declined {decided.tool}" + (f": {message}" if message else ""),
-            details={"approval_id": decided.id},
-        )
 
     async def _elicit(
         self, identity: TaskIdentity, request: ApprovalRequest, elicit: Elicit
@@ -320,7 +240,7 @@ class Approvals:
 
     def task_ids(self) -> set[str]:
         """Tasks this desk holds anything for (a pending request, cached grants)."""
-        return {r.task_id for r in self._pending.values()} | set(self._grants)
+        return {r.task_id for r in self._pending.values()} | self._grants.task_ids()
 
     def find(self, approval_id: str) -> ApprovalRequest | None:
         return self._pending.get(approval_id)
@@ -349,42 +269,12 @@ class Approvals:
             if stored is not None:
                 raise ApprovalConflict(f"the approval is {stored['status']}, not pending")
             raise NotFound("no such approval for this task")
-        if self._clock() >= request.expires_at:
-            raise ApprovalConflict("the approval has expired")
-        if decision.channel not in request.channels:
-            raise ApprovalRefused(
-                f"this task's approvals are not answered through {decision.channel}"
-            )
-        if not request.may_answer(decision.channel, decision.scope):
-            if request.by == "control":
-                raise ApprovalRefused("this approval is for the control plane to give")
-            if decision.channel == "elicitation":
-                raise ApprovalRefused(
-                    "a form at the agent's client may confirm one call inside the grant, "
-                    "nothing more"
-                )
-            raise ApprovalRefused(
-                f"an answer through {decision.channel} may not widen the task's grant"
-            )
-        if decision.channel != "control":
-            if decision.channel == "tab":
-                if not request.answerable_in_tab:
-                    raise ApprovalRefused("this approval is not answered in this tab")
-                if nonce is None or not hmac.compare_digest(nonce, request.nonce):
-                    raise ApprovalRefused("the answer does not carry this request's nonce")
-            decision = Decision(
-                decision.decision,
-                decision.scope,
-                identity.actor.id,
-                identity.actor.role,
-                decision.channel,
-                decision.message,
-            )
+        decision = checked_answer(identity, request, decision, nonce=nonce, now=self._clock())
         status: Status = "approved" if decision.decision == "approve" else "denied"
         if status == "approved" and decision.scope == "task":
             # One at a time: whether the need is granted already is read and the grant
             # written in one turn, so two answers "for this task" never both write it.
-            async with self._granting:
+            async with self._grants.granting:
                 await self._settle(identity, request, decision, status, grants=True)
         else:
             await self._settle(identity, request, decision, status, grants=False)
@@ -402,32 +292,21 @@ class Approvals:
         *,
         grants: bool,
     ) -> None:
-        task_id = identity.task_id
         public = decision.public()
         rows = [self._row(identity, "approval.decided", request, {**public, "status": status})]
-        key = request.need.grant_key(request.tool)
         held: dict[str, dict[str, Any]] | None = None
         grant = None
         if grants:
-            # Read from the store, not this node's cache: the task may have had another
-            # owner since the cache was filled.
-            held = await self.store.task_grants(task_id)
-            if key not in held:
-                grant = {
-                    "approval_id": request.id,
-                    "by": public["approver"],
-                    "at": self._clock(),
-                    "need": request.need.public(),
-                }
-                rows.append(self.store.grant_row(task_id, key, grant))
-            # else: granted already, by an answer to another of the task's requests; this
-            # one approves its own call and the first grant stands.
+            held, grant = await self._grants.grant_for(request, public["approver"], self._clock())
+            if grant is not None:
+                key = request.need.grant_key(request.tool)
+                rows.append(self.store.grant_row(identity.task_id, key, grant))
         if not await self.store.settle_approval(request.id, status, public, self._clock(), rows):
             raise ApprovalConflict("the approval is already decided")
         request.status, request.decision = status, decision
         request.nonce = ""  # spent
         if held is not None:
-            self._grants[task_id] = {**held, **({key: grant} if grant is not None else {})}
+            self._grants.granted_now(request, held, grant)
         self._tell(request)
 
     async def answer(
@@ -476,7 +355,7 @@ class Approvals:
                 waiter = self._waiters.get(request.id)
                 if waiter is not None and not waiter.done():
                     waiter.set_result(request)
-        self._grants.pop(task_id, None)
+        self._grants.forget(task_id)
 
     async def listing(self, task_id: str) -> list[dict[str, Any]]:
         # A request is shown while its row is being committed: a listing waits for the
@@ -507,7 +386,6 @@ class Approvals:
 
 
 __all__ = [
-    "KEEPALIVE_S",
     "MAX_PENDING_PER_TASK",
     "ApprovalConflict",
     "ApprovalRefused",

@@ -27,9 +27,10 @@ bad row) is the store's one commit policy, `gateway/core/store/commit.py`, the s
 thread's batches, the loop's and the guarded changes. SQLite's WAL is checkpointed off the
 commit path by `Checkpointer` (gateway/core/store/checkpointer.py).
 
-The writer also says how long a record queued now can expect to wait for its commit
-(`expected_wait`), so a call whose evidence could not be stored before its deadline can
-be turned away before it runs (the pipeline does).
+The writer is open from its construction (its thread running) until `stop`; what it is
+handed is `batch.py`'s, and it says how long a record queued now can expect to wait for its
+commit (`expected_wait`, on `pace.py`'s averages), so a call whose evidence could not be
+stored before its deadline can be turned away before it runs (the pipeline does).
 """
 
 from __future__ import annotations
@@ -41,13 +42,13 @@ import sqlite3
 import threading
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import create_engine, event, make_url
 
 from gateway.core.errors import StorageError
 from gateway.core.store import postgres, sqlite
+from gateway.core.store.batch import Guarded, Pending
 from gateway.core.store.checkpointer import Checkpointer
 from gateway.core.store.commit import (
     Busy,
@@ -57,18 +58,14 @@ from gateway.core.store.commit import (
     attempt,
     call_soon,
     failure,
-    settle,
     settle_each,
     write_parts,
 )
+from gateway.core.store.pace import CommitPace
 from gateway.core.store.statements import Row, Statements, group
 
 log = logging.getLogger(__name__)
 
-# The guess of a batch's commit time until one is measured, and the weight of the newest
-# measure in the running averages (they follow a change of load within a few batches).
-FIRST_GUESS_S = 0.005
-RECENT_WEIGHT = 0.2
 # The largest batch committed on the event loop's thread (SQLite, `NORMAL`, writer idle):
 # a few rows commit in tens of microseconds; more are the thread's, in parallel with the
 # loop. The calls that finish in one turn of the loop share one batch either way.
@@ -85,42 +82,6 @@ CHECKPOINT_ROWS = 4000
 BUSY_TIMEOUT_MS = 5000
 # Who the writer's PostgreSQL session is, in `pg_stat_activity`.
 PG_APPLICATION_NAME = "gateway-evidence-writer"
-
-
-# One caller's rows, and the future that settles once they are committed.
-Part = tuple[list[Row], asyncio.Future[None]]
-
-
-@dataclass
-class Pending:
-    """Rows to insert in the next batch, as `parts`: each is one caller's, and should the
-    batch fail, each is stored or failed on its own."""
-
-    parts: list[Part]
-    loop: asyncio.AbstractEventLoop
-
-    @property
-    def count(self) -> int:
-        return sum(len(rows) for rows, _done in self.parts)
-
-
-@dataclass
-class Guarded:
-    """One conditional change: `rows` are written only if `guard` (an UPDATE) changed
-    exactly one row, in one transaction; `done` answers whether it did."""
-
-    guard: Any  # an UPDATE with bind parameters, built once
-    params: dict[str, Any]
-    rows: list[Row]
-    done: asyncio.Future[bool]
-    loop: asyncio.AbstractEventLoop
-
-    @property
-    def count(self) -> int:
-        return len(self.rows)
-
-    def settle(self, changed: bool, error: BaseException | None = None) -> None:
-        call_soon(self.loop, settle, self.done, changed, error)
 
 
 def _too_large_inline(parts: Sequence[Sequence[Row]]) -> bool:
@@ -141,7 +102,9 @@ _STOP = object()
 
 
 class Writer:
-    """The group-commit thread: drain the queue, one transaction, settle every caller."""
+    """The group-commit thread: drain the queue, one transaction, settle every caller.
+
+    Running once built, until `stop`: there is no writer that is not yet started."""
 
     def __init__(self, url: str, synchronous: str | None) -> None:
         is_sqlite = make_url(url).get_backend_name() == "sqlite"
@@ -171,9 +134,7 @@ class Writer:
         self._finished = 0
         self._queued_rows = 0  # rows handed over and not yet taken into a batch
         self._batch_started: float | None = None  # time.monotonic() of the batch under way
-        self.average_s = FIRST_GUESS_S  # a batch's commit, running average
-        self.row_s = FIRST_GUESS_S  # a batch's commit per row, running average
-        self.measured = 0
+        self.pace = CommitPace()
         self.batches = 0
         self._path = sqlite.database_path(url)
         self.checkpointer = (
@@ -188,6 +149,9 @@ class Writer:
         self._inline_link = Fixed(lambda: self._inline_conn)
         # The thread's connection, opened again when the database drops it.
         self._link = Reconnecting(self._engine)
+        self._thread.start()
+        if self.checkpointer is not None:
+            self.checkpointer.start()
 
     def _running(self) -> bool:
         return not self._stopping.is_set()
@@ -196,12 +160,8 @@ class Writer:
     def reconnects(self) -> int:
         return self._link.reconnects
 
-    def start(self) -> None:
-        self._thread.start()
-        if self.checkpointer is not None:
-            self.checkpointer.start()
-
     def submit(self, item: Pending | Guarded) -> None:
+        # A thread that ended (stopped, or failed) would leave the item's callers waiting.
         if not self._thread.is_alive():
             raise StorageError("the evidence writer is not running")
         with self._count:
@@ -227,32 +187,14 @@ class Writer:
     # -- what a caller can expect -------------------------------------------------------
 
     def expected_wait(self) -> float:
-        """Seconds a record handed over now can expect to wait for its commit: what is
-        left of the batch under way (its average, or as long again as it has taken when
-        it is past that: a stalled commit is not near its end), then a batch with every
-        row queued ahead of it. Nothing when the writer is idle."""
-        started, queued = self._batch_started, self._queued_rows
-        if started is None and queued <= 0:
-            return 0.0
-        wait = self.average_s + queued * self.row_s
-        if started is not None:
-            elapsed = time.monotonic() - started
-            wait += max(self.average_s - elapsed, elapsed)
-        return wait
-
-    def _measured(self, seconds: float, rows: int) -> None:
-        if self.measured == 0:
-            self.average_s, self.row_s = seconds, seconds / max(rows, 1)
-        else:
-            self.average_s += RECENT_WEIGHT * (seconds - self.average_s)
-            self.row_s += RECENT_WEIGHT * (seconds / max(rows, 1) - self.row_s)
-        self.measured += 1
+        """Seconds a record handed over now can expect to wait for its commit (pace.py)."""
+        return self.pace.expected_wait(self._batch_started, self._queued_rows)
 
     def _committed(self, rows: int, started: float | None = None) -> None:
         """A transaction of `rows` was committed: measured (a batch, from `started`), and
         counted towards the next checkpoint."""
         if started is not None:
-            self._measured(time.monotonic() - started, rows)
+            self.pace.measure(time.monotonic() - started, rows)
             self.batches += 1
         if self.checkpointer is not None:
             self.checkpointer.committed(rows)
