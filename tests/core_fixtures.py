@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Sequence
 from datetime import UTC, datetime, timedelta
 
-from gateway.core.approvals.policy import ApprovalPolicy
+from gateway.core.approval_policy import ApprovalPolicy
 from gateway.core.identity import Actor, Budget, Sandbox, TaskIdentity
 from gateway.core.tasks.service import TaskCreate
 from gateway.runtime import Gateway

@@ -36,7 +36,7 @@ LAYERS: list[tuple[str, set[str]]] = [
                 "png",
                 "sandbox_spec",
                 "storage_state",
-                "approvals.policy",
+                "approval_policy",
             )
         },
     ),
@@ -88,11 +88,11 @@ def module_name(path: Path) -> str:
 
 
 def unit_of(module: str) -> str:
-    """The unit a module belongs to: the nearest of itself and the packages holding it that
-    a layer lists (a package of `gateway.core` or of `gateway` is taken whole, but for a
-    module of it listed on its own: approvals' policy, below the identity that captures it).
-    """
-    candidate = module
+    """The unit a module belongs to: a package of `gateway.core` or of `gateway` taken whole,
+    else the module itself."""
+    parts = module.split(".")
+    depth = 3 if len(parts) > 2 and parts[1] == "core" else 2
+    candidate = ".".join(parts[:depth])
     while candidate not in LAYER_OF and "." in candidate:
         candidate = candidate.rpartition(".")[0]
     return candidate

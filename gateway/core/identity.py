@@ -19,7 +19,7 @@ from pydantic import (
     model_validator,
 )
 
-from gateway.core.approvals.policy import ApprovalPolicy
+from gateway.core.approval_policy import ApprovalPolicy
 from gateway.core.origins import OriginError, normalize_origin
 from gateway.core.sandbox_spec import Provision
 

@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel
 
-from gateway.core.approvals.policy import Approver, Need, approval_need
+from gateway.core.approval_policy import Approver, Need, approval_need
 from gateway.core.errors import ToolFailure
 from gateway.core.identity import TaskIdentity
 from gateway.core.results import Door, ErrorCode, ToolStatus

@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 
+from gateway.core.approval_policy import ApprovalPolicy
 from gateway.core.approvals.broker import ApprovalConflict, ApprovalRefused, Decision
-from gateway.core.approvals.policy import ApprovalPolicy
 from gateway.core.approvals.waiting import KEEPALIVE_S
 from gateway.core.errors import NotFound
 from gateway.core.identity import TaskIdentity

@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 
+from gateway.core.approval_policy import ApprovalPolicy, Need, may_answer
 from gateway.core.approvals.broker import ApprovalRefused
-from gateway.core.approvals.policy import ApprovalPolicy, Need, may_answer
 from gateway.core.identity import TaskIdentity
 from gateway.core.registry import Tool, ToolContext
 from gateway.core.results import Door, ToolResult

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from gateway.core.approvals.policy import ApprovalPolicy, Grantable, Need, approval_need
+from gateway.core.approval_policy import ApprovalPolicy, Grantable, Need, approval_need
 
 NONE: frozenset[str] = frozenset()
 

@@ -21,7 +21,7 @@ from nats.aio.client import Client
 from nats.aio.msg import Msg
 
 from gateway.cluster import node as node_module
-from gateway.core.approvals.policy import ApprovalPolicy
+from gateway.core.approval_policy import ApprovalPolicy
 from gateway.core.results import Door, ErrorCode, ToolStatus
 from gateway.testing.waiting import until
 from tests.cluster.test_nodes import DECISION, TAP, Nodes, asking, nats, node_of, shared

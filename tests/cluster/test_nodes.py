@@ -25,7 +25,7 @@ from gateway.cluster import node as node_module
 from gateway.cluster.bus import BusTimeout
 from gateway.cluster.extension import install as join_cluster
 from gateway.cluster.node import ClusterNode, ErrandError
-from gateway.core.approvals.policy import ApprovalPolicy
+from gateway.core.approval_policy import ApprovalPolicy
 from gateway.core.errors import InvalidInput, TokenRevoked
 from gateway.core.identity import Actor, Sandbox, TaskIdentity
 from gateway.core.registry import Tool, ToolContext

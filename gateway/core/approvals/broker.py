@@ -22,9 +22,9 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from gateway.core.approval_policy import Need
 from gateway.core.approvals.answering import checked_answer
 from gateway.core.approvals.grants import TaskGrants
-from gateway.core.approvals.policy import Need
 from gateway.core.approvals.question import Question
 from gateway.core.approvals.request import (
     ApprovalConflict,

@@ -1,6 +1,6 @@
 """Which channel may answer what, for a door that holds a request's public form only.
 
-The rule is `gateway.core.approvals.policy.may_answer`; these read it for the MCP door, which
+The rule is `gateway.core.approval_policy.may_answer`; these read it for the MCP door, which
 sees a pending request as its public form (`ApprovalRequest.public()`), to decide what to
 offer the agent's client: a form elicitation where a form may answer (one call inside the
 grant), a link to the person's own page (URL-mode elicitation only carries the link; the
@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any, cast
 from urllib.parse import quote
 
-from gateway.core.approvals.policy import Approver, Need, Reason, may_answer
+from gateway.core.approval_policy import Approver, Need, Reason, may_answer
 from gateway.core.results import Door
 
 

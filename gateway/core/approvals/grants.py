@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from gateway.core.approvals.policy import Need
+from gateway.core.approval_policy import Need
 from gateway.core.approvals.request import ApprovalRequest
 from gateway.core.store.database import Store
 

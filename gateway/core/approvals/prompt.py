@@ -16,7 +16,7 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
-from gateway.core.approvals.policy import Approver
+from gateway.core.approval_policy import Approver
 from gateway.core.errors import ToolFailure
 from gateway.core.recording import input_digest
 from gateway.core.registry import Tool, ToolAnnotations, ToolContext

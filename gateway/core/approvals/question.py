@@ -7,7 +7,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from gateway.core.approvals.policy import Need
+from gateway.core.approval_policy import Need
 from gateway.core.identity import TaskIdentity
 from gateway.core.ports import Elicit
 from gateway.core.registry import ProgressFn

@@ -7,7 +7,7 @@ import secrets
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from gateway.core.approvals.policy import Approver, Channel, Need, Reason, may_answer
+from gateway.core.approval_policy import Approver, Channel, Need, Reason, may_answer
 from gateway.core.errors import GatewayError
 from gateway.core.results import Door, ErrorCode, ToolStatus
 

@@ -8,8 +8,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from gateway.core.approval_policy import OWN_ASK, Approver, Need
 from gateway.core.approvals.broker import Approvals, default_summary
-from gateway.core.approvals.policy import OWN_ASK, Approver, Need
 from gateway.core.approvals.question import Question
 from gateway.core.ports import Elicit
 from gateway.core.recording import input_digest, masked

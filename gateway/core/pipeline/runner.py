@@ -7,8 +7,8 @@ import logging
 import time
 from typing import Any, Unpack
 
+from gateway.core.approval_policy import Need
 from gateway.core.approvals.broker import Approvals
-from gateway.core.approvals.policy import Need
 from gateway.core.errors import GatewayError, StorageError, ToolFailure
 from gateway.core.evidence import EventLog
 from gateway.core.identity import TaskIdentity

@@ -10,7 +10,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from gateway.core.approvals.policy import Need
+from gateway.core.approval_policy import Need
 from gateway.core.errors import ToolFailure
 from gateway.core.identity import TaskIdentity
 from gateway.core.registry import Tool

@@ -26,7 +26,7 @@ from typing import Any, Protocol
 from prometheus_client import Counter
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from gateway.core.approvals.policy import ApprovalPolicy
+from gateway.core.approval_policy import ApprovalPolicy
 from gateway.core.errors import AuthError, InvalidInput, NotFound, TokenExpired, TokenRevoked
 from gateway.core.identity import Actor, Budget, Name, Sandbox, Scope, TaskIdentity, ToolPattern
 from gateway.core.storage_state import StorageState, StorageStates
