@@ -9,7 +9,6 @@ result; every other call runs in the local pipeline, which knows nothing of the 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from typing import Any, Protocol, Unpack
 
 from gateway.core.errors import GatewayError
@@ -93,13 +92,7 @@ class Routing:
             tool = await self.pipeline.checked(identity, tool_name)
         except GatewayError:
             return await here()
-        # The pipeline's own rule for which calls a key holds to one at a time.
-        held = (
-            self._keys.held(identity.task_id, tool.name, idempotency_key)
-            if tool.side_effects and idempotency_key
-            else contextlib.nullcontext()
-        )
-        async with held:
+        async with self._keys.holding(identity.task_id, tool, idempotency_key):
             try:
                 answer = await self.owner.elsewhere(
                     identity,

@@ -5,7 +5,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
+
+from gateway.core.registry import Tool
 
 
 @dataclass
@@ -35,6 +38,15 @@ class KeyLocks:
             entry.holders -= 1
             if entry.holders == 0:
                 del self._locks[name]
+
+    def holding(
+        self, task_id: str, tool: Tool | None, key: str | None
+    ) -> AbstractAsyncContextManager[None]:
+        """The hold a call takes: its key's lock when the tool has side effects and the key
+        is not empty (a replay of such a call must find the first one's record), else none."""
+        if tool is None or not tool.side_effects or not key:
+            return contextlib.nullcontext()
+        return self.held(task_id, tool.name, key)
 
     def __len__(self) -> int:
         return len(self._locks)

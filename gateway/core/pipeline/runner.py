@@ -79,13 +79,9 @@ class Pipeline:
             # Called by its id or by its exposed name: evidence and results name the id.
             tool_name = tool.name
         asking = Asking(options.get("progress"), options.get("cancel"), options.get("elicit"))
-        if tool is None or not tool.side_effects or not idempotency_key:
-            return await self._call(
-                identity, tool_name, raw_input, door, idempotency_key, asking, call_id
-            )
         # Calls under one idempotency key run one at a time, and the lock is held until the
         # first one's record is committed: a concurrent replay then finds it in the store.
-        async with self._keys.held(identity.task_id, tool.name, idempotency_key):
+        async with self._keys.holding(identity.task_id, tool, idempotency_key):
             return await self._call(
                 identity, tool_name, raw_input, door, idempotency_key, asking, call_id
             )
