@@ -30,6 +30,7 @@ LAYERS: list[tuple[str, set[str]]] = [
                 "origins",
                 "redaction",
                 "recording",
+                "nested",
                 "metrics",
                 "admission",
                 "private_files",

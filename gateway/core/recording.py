@@ -19,11 +19,12 @@ import json
 from collections.abc import Iterable, Mapping
 from typing import Any, Protocol, runtime_checkable
 
+from gateway.core.nested import Where, rebuilt
+
 # A written file's body is the common large input; 4 KiB keeps any plain argument whole.
 INPUT_TEXT_MAX = 4 * 1024
 # A page snapshot (24,000 characters by default) stays whole; a file read back does not.
 OUTPUT_TEXT_MAX = 64 * 1024
-_MAX_DEPTH = 64
 
 
 def secret(value: Any) -> str:
@@ -31,20 +32,20 @@ def secret(value: Any) -> str:
     return f"[secret: {length} chars]"
 
 
-def condensed(value: Any, limit: int, _depth: int = 0) -> Any:
+def condensed(value: Any, limit: int) -> Any:
     """`value` with every string over `limit` characters replaced by its size and digest."""
-    if isinstance(value, str):
-        if len(value) <= limit:
-            return value
-        data = value.encode("utf-8", "surrogatepass")
+
+    def shrunk(text: str, where: Where) -> Any:
+        if len(text) <= limit:
+            return text
+        data = text.encode("utf-8", "surrogatepass")
         return {"omitted_bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
-    if _depth > _MAX_DEPTH:
-        return value
-    if isinstance(value, Mapping):
-        return {key: condensed(item, limit, _depth + 1) for key, item in value.items()}
-    if isinstance(value, list | tuple):
-        return [condensed(item, limit, _depth + 1) for item in value]
-    return value
+
+    def beyond(deep: Any, where: Where) -> Any:
+        # Below the bound a string is still condensed: no bulk copy hides under nesting.
+        return shrunk(deep, where) if isinstance(deep, str) else deep
+
+    return rebuilt(value, shrunk, beyond=beyond)
 
 
 @runtime_checkable

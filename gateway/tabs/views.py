@@ -14,11 +14,13 @@ scheme, a pseudo-scheme such as `javascript:`, or markup is refused wherever it 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
+
+from gateway.core.nested import Where, rebuilt
 
 VIEW_NAME = re.compile(r"^[A-Za-z0-9_.:@-]{1,128}$")
 
@@ -67,21 +69,22 @@ def unsafe_reason(value: str) -> str | None:
     return None
 
 
-def check_labels(value: Any, *, depth: int = 0, where: str = "params") -> None:
+def check_labels(value: Any, *, where: str = "params") -> None:
     """Refuse unsafe strings anywhere in a JSON value (keys included)."""
-    if depth > MAX_PARAMS_DEPTH:
-        raise ValueError(f"{where} {TOO_DEEP}")
-    if isinstance(value, str):
-        reason = unsafe_reason(value)
+
+    def place(at: Where) -> str:
+        return where + "".join(f".{step}" if isinstance(step, str) else f"[{step}]" for step in at)
+
+    def label(text: str, at: Where) -> str:
+        reason = unsafe_reason(text)
         if reason is not None:
-            raise ValueError(f"{where}: {reason}")
-    elif isinstance(value, Mapping):
-        for key, item in value.items():
-            check_labels(str(key), depth=depth + 1, where=where)
-            check_labels(item, depth=depth + 1, where=f"{where}.{key}")
-    elif isinstance(value, list | tuple):
-        for index, item in enumerate(value):
-            check_labels(item, depth=depth + 1, where=f"{where}[{index}]")
+            raise ValueError(f"{place(at)}: {reason}")
+        return text
+
+    def too_deep(deep: Any, at: Where) -> Any:
+        raise ValueError(f"{place(at)} {TOO_DEEP}")
+
+    rebuilt(value, label, max_depth=MAX_PARAMS_DEPTH, beyond=too_deep, keys=True)
 
 
 @dataclass(frozen=True)

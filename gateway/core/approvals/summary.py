@@ -5,22 +5,22 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from gateway.core.nested import Where, rebuilt
+
 SUMMARY_CHARS = 2000
 
 
-def without(value: Any, hidden: list[str], depth: int = 0) -> Any:
+def without(value: Any, hidden: list[str]) -> Any:
     """`value` with each of the `hidden` strings, wherever they occur, made `[secret]`."""
-    if not hidden or depth > 64:
+    if not hidden:
         return value
-    if isinstance(value, str):
+
+    def masked(text: str, where: Where) -> str:
         for secret in hidden:
-            value = value.replace(secret, "[secret]")
-        return value
-    if isinstance(value, dict):
-        return {k: without(v, hidden, depth + 1) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [without(v, hidden, depth + 1) for v in value]
-    return value
+            text = text.replace(secret, "[secret]")
+        return text
+
+    return rebuilt(value, masked)
 
 
 def text_only(summary: str) -> str:
