@@ -17,12 +17,14 @@ from typing import Any
 from sqlalchemy import Float, bindparam, cast, func, select, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.engine import make_url
-from sqlalchemy.exc import SQLAlchemyError
-from sqlalchemy.ext.asyncio import AsyncConnection, create_async_engine
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 from sqlalchemy.sql.elements import ColumnElement
 
 from gateway.core.errors import StorageError
 from gateway.core.store import schema
+from gateway.core.store.repository import Connections
+
+from .owners import Freed, Owner
 
 _NOW = cast(func.extract("epoch", func.clock_timestamp()), Float)
 
@@ -44,25 +46,6 @@ COMMIT_GUARD = (
 
 
 @dataclass(frozen=True)
-class Owner:
-    """A task's owner as the ledger has it: `node_id` None when nobody holds it."""
-
-    node_id: str | None
-    epoch: int
-    revoked: bool
-    # Set by a claim that took the task from a node that had opened its browser context.
-    browser_lost: bool = False
-
-
-@dataclass(frozen=True)
-class Freed:
-    """A task whose owner was let go: nobody holds it now, from `epoch` on."""
-
-    task_id: str
-    epoch: int
-
-
-@dataclass(frozen=True)
 class Intent:
     call_id: str
     node_id: str
@@ -76,7 +59,7 @@ class Ended:
     reason: str
 
 
-class Ledger:
+class Ledger(Connections):
     def __init__(self, url: str, node_id: str) -> None:
         if make_url(url).get_backend_name() != "postgresql":
             raise StorageError("a cluster needs PostgreSQL (GATEWAY_DATABASE_URL=postgresql+...)")
@@ -86,16 +69,12 @@ class Ledger:
         self.node_id = node_id
         self.incarnation = secrets.token_hex(8)
 
+    @property
+    def engine(self) -> AsyncEngine:
+        return self._engine
+
     async def close(self) -> None:
         await self._engine.dispose()
-
-    async def _run(self, what: str, statements: Any) -> Any:
-        engine = self._engine
-        try:
-            async with engine.begin() as conn:
-                return await statements(conn)
-        except SQLAlchemyError as exc:
-            raise StorageError(f"the cluster ledger could not {what}: {exc}") from exc
 
     # -- nodes ------------------------------------------------------------------------
 
@@ -104,7 +83,7 @@ class Ledger:
         before (a restart) are freed: what it held for them died with the old process."""
         nodes, owners = schema.nodes, schema.task_owners
 
-        async def run(conn: AsyncConnection) -> list[Freed]:
+        async with self.writing("registering this node in the cluster ledger") as conn:
             row = {
                 "node_id": self.node_id,
                 "incarnation": self.incarnation,
@@ -121,9 +100,6 @@ class Ledger:
             )
             return await _free(conn, owners.c.node_id == self.node_id)
 
-        freed: list[Freed] = await self._run("register this node", run)
-        return freed
-
     async def rejoin(self) -> list[Freed]:
         """Join again as a new incarnation (after being declared dead)."""
         self.incarnation = secrets.token_hex(8)
@@ -133,7 +109,7 @@ class Ledger:
         """This node is alive; False when another node has declared it dead meanwhile."""
         nodes = schema.nodes
 
-        async def run(conn: AsyncConnection) -> bool:
+        async with self.writing("this node's beat in the cluster ledger") as conn:
             result = await conn.execute(
                 update(nodes)
                 .where(
@@ -145,14 +121,11 @@ class Ledger:
             )
             return bool(result.rowcount == 1)
 
-        alive: bool = await self._run("beat", run)
-        return alive
-
     async def leave(self) -> list[Freed]:
         """This node stops: it is no longer live, and its tasks are free for others."""
         nodes, owners = schema.nodes, schema.task_owners
 
-        async def run(conn: AsyncConnection) -> list[Freed]:
+        async with self.writing("leaving the cluster ledger") as conn:
             await conn.execute(
                 update(nodes)
                 .where(nodes.c.node_id == self.node_id, nodes.c.incarnation == self.incarnation)
@@ -160,15 +133,12 @@ class Ledger:
             )
             return await _free(conn, owners.c.node_id == self.node_id)
 
-        freed: list[Freed] = await self._run("leave", run)
-        return freed
-
     async def reap(self, dead_after_s: float) -> dict[str, list[Freed]]:
         """Declare dead every live node whose last beat is older than `dead_after_s` and
         free its tasks; returns the dead nodes' freed task ids by node."""
         nodes, owners = schema.nodes, schema.task_owners
 
-        async def run(conn: AsyncConnection) -> dict[str, list[Freed]]:
+        async with self.writing("reaping dead nodes in the cluster ledger") as conn:
             dead = (
                 await conn.execute(
                     update(nodes)
@@ -182,23 +152,17 @@ class Ledger:
                 freed[node] = await _free(conn, owners.c.node_id == node)
             return freed
 
-        freed: dict[str, list[Freed]] = await self._run("reap dead nodes", run)
-        return freed
-
     # -- owners -----------------------------------------------------------------------
 
     async def owner(self, task_id: str) -> Owner | None:
         owners = schema.task_owners
 
-        async def run(conn: AsyncConnection) -> Owner | None:
+        async with self.writing("reading a task's owner in the cluster ledger") as conn:
             query = select(owners.c.node_id, owners.c.epoch, owners.c.revoked).where(
                 owners.c.task_id == task_id
             )
             row = (await conn.execute(query)).first()
             return None if row is None else Owner(row.node_id, int(row.epoch), bool(row.revoked))
-
-        owner: Owner | None = await self._run("read a task's owner", run)
-        return owner
 
     async def claim(self, task_id: str, *, take_over: bool) -> Owner:
         """Become the task's owner if nobody holds it (or, `take_over`, whoever does: its
@@ -206,7 +170,7 @@ class Ledger:
         unless another holds it (and `take_over` is False) or the task has ended."""
         owners = schema.task_owners
 
-        async def run(conn: AsyncConnection) -> Owner:
+        async with self.writing("claiming a task in the cluster ledger") as conn:
             # The row first (nobody's, epoch 0), then it is locked: two nodes claiming a
             # new task take turns instead of one failing on the other's insert.
             await conn.execute(
@@ -232,16 +196,13 @@ class Ledger:
             )
             return Owner(self.node_id, held.epoch + 1, False, browser_lost=bool(row.browser))
 
-        owner: Owner = await self._run("claim a task", run)
-        return owner
-
     async def fence(self, task_id: str, epoch: int, intent: tuple[str, str, str] | None) -> bool:
         """Whether a side effect may start for the task: it is still this node's at
         `epoch` and has not ended, decided by one guarded UPDATE of the owner row. With an
         `intent` (tool, key, call id), the intent is written in the same transaction."""
         owners, intents = schema.task_owners, schema.call_intents
 
-        async def run(conn: AsyncConnection) -> bool:
+        async with self.writing("fencing a side effect in the cluster ledger") as conn:
             held = await conn.execute(
                 update(owners)
                 .where(*_held(task_id, self.node_id, epoch), owners.c.revoked == 0)
@@ -263,44 +224,33 @@ class Ledger:
                 )
             return True
 
-        allowed: bool = await self._run("fence a side effect", run)
-        return allowed
-
     async def browser_opened(self, task_id: str, epoch: int) -> None:
         """This node, the owner at `epoch`, opened the task's browser context."""
         owners = schema.task_owners
 
-        async def run(conn: AsyncConnection) -> None:
+        async with self.writing("noting a browser context in the cluster ledger") as conn:
             await conn.execute(
                 update(owners).where(*_held(task_id, self.node_id, epoch)).values(browser=1)
             )
 
-        await self._run("note a browser context", run)
-
     async def intent(self, task_id: str, tool: str, key: str) -> Intent | None:
         intents = schema.call_intents
 
-        async def run(conn: AsyncConnection) -> Intent | None:
+        async with self.writing("reading a call's intent in the cluster ledger") as conn:
             query = select(intents.c.call_id, intents.c.node_id, intents.c.epoch).where(
                 intents.c.task_id == task_id, intents.c.tool == tool, intents.c.key == key
             )
             row = (await conn.execute(query)).first()
             return None if row is None else Intent(row.call_id, row.node_id, int(row.epoch))
 
-        found: Intent | None = await self._run("read a call's intent", run)
-        return found
-
     async def outcome(self, record_id: str) -> tuple[bool, str | None]:
         """Whether a call's evidence record is stored, and its error code (None: none)."""
         evidence = schema.evidence
 
-        async def run(conn: AsyncConnection) -> tuple[bool, str | None]:
+        async with self.writing("looking for a call's record in the cluster ledger") as conn:
             query = select(evidence.c.error_code).where(evidence.c.id == record_id)
             row = (await conn.execute(query)).first()
             return (False, None) if row is None else (True, row.error_code)
-
-        found: tuple[bool, str | None] = await self._run("look for a call's record", run)
-        return found
 
     def commit_guard(self, task_id: str, epoch: int) -> tuple[Any, dict[str, Any]]:
         """The guard and its parameters for committing a side effect's evidence."""
@@ -318,7 +268,7 @@ class Ledger:
         ended already. The time is the database's, which the nodes read ends by."""
         revocations, owners = schema.revocations, schema.task_owners
 
-        async def run(conn: AsyncConnection) -> bool:
+        async with self.writing("ending a task in the cluster ledger") as conn:
             inserted = await conn.execute(
                 pg_insert(revocations)
                 .values(task_id=task_id, revoked_at=_NOW, reason=reason[:256])
@@ -334,13 +284,10 @@ class Ledger:
             )
             return bool(inserted.rowcount == 1)
 
-        changed: bool = await self._run("end a task", run)
-        return changed
-
     async def ended_since(self, since: float) -> list[Ended]:
         revocations = schema.revocations
 
-        async def run(conn: AsyncConnection) -> list[Ended]:
+        async with self.writing("reading task ends in the cluster ledger") as conn:
             query = select(
                 revocations.c.task_id, revocations.c.revoked_at, revocations.c.reason
             ).where(revocations.c.revoked_at >= since)
@@ -348,15 +295,9 @@ class Ledger:
                 Ended(r.task_id, float(r.revoked_at), r.reason) for r in await conn.execute(query)
             ]
 
-        ended: list[Ended] = await self._run("read task ends", run)
-        return ended
-
     async def now(self) -> float:
-        async def run(conn: AsyncConnection) -> float:
+        async with self.writing("reading the cluster ledger's clock") as conn:
             return float((await conn.execute(select(_NOW))).scalar_one())
-
-        now: float = await self._run("read the clock", run)
-        return now
 
 
 async def _free(conn: AsyncConnection, which: Any) -> list[Freed]:

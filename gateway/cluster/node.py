@@ -35,8 +35,8 @@ from .bus import Bus, BusError
 from .ends import Ends
 from .envelope import Envelopes, sealer
 from .fencing import NodeFencing, ended
-from .ledger import Freed, Ledger, Owner
-from .owners import Owners
+from .ledger import Ledger
+from .owners import Freed, Owner, Owners
 from .rpc import CALL, ERRAND, ErrandError, Job, Kind, Rpc, changing_nodes
 from .subjects import CALLS, ENDED, ERRANDS, OWNER
 

@@ -9,9 +9,8 @@ heard, so that most calls are routed without asking it. The time is passed in.
 from __future__ import annotations
 
 from collections import OrderedDict
+from dataclasses import dataclass
 from typing import Any
-
-from .ledger import Owner
 
 # How long another node's ownership is believed without asking the database again; a
 # stale belief costs one extra hop (the old owner says it is not the owner).
@@ -23,6 +22,25 @@ BROWSER_LOST = (
     "the task's browser context was on another gateway node, which no longer holds the "
     "task; it is lost, and the next call gets a new one"
 )
+
+
+@dataclass(frozen=True)
+class Owner:
+    """A task's owner as the ledger has it: `node_id` None when nobody holds it."""
+
+    node_id: str | None
+    epoch: int
+    revoked: bool
+    # Set by a claim that took the task from a node that had opened its browser context.
+    browser_lost: bool = False
+
+
+@dataclass(frozen=True)
+class Freed:
+    """A task whose owner was let go: nobody holds it now, from `epoch` on."""
+
+    task_id: str
+    epoch: int
 
 
 class Owners:

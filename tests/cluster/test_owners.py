@@ -7,8 +7,7 @@ from __future__ import annotations
 import pytest
 
 from gateway.cluster import owners as owners_module
-from gateway.cluster.ledger import Owner
-from gateway.cluster.owners import BELIEVED_S, Owners
+from gateway.cluster.owners import BELIEVED_S, Owner, Owners
 
 
 def test_a_word_about_an_older_epoch_drops_nothing_and_a_newer_one_lets_go() -> None:

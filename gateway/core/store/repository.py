@@ -21,25 +21,12 @@ from gateway.core.errors import StorageError
 Rows = Sequence[tuple[Any, Mapping[str, Any]]]
 
 
-class Repository:
-    """The reads' engine and the writer's three ways in; `Store` provides them."""
+class Connections:
+    """An engine's two ways in, a connection for reads and a transaction for writes, each
+    turning a database error into a StorageError; the subclass provides the engine."""
 
     @property
     def engine(self) -> AsyncEngine:
-        raise NotImplementedError
-
-    async def commit(self, rows: Rows) -> None:
-        """Insert `rows` in the next batch; return once it is committed."""
-        raise NotImplementedError
-
-    def enqueue(self, rows: Rows) -> asyncio.Future[None]:
-        """Queue `rows` for the next batch now; the future settles once they are
-        committed."""
-        raise NotImplementedError
-
-    async def commit_if(self, guard: Any, params: Mapping[str, Any], rows: Rows = ()) -> bool:
-        """Run `guard` (an UPDATE) and, only if it changed exactly one row, insert `rows`;
-        whether it changed one."""
         raise NotImplementedError
 
     @contextlib.asynccontextmanager
@@ -61,3 +48,21 @@ class Repository:
                 yield conn
         except SQLAlchemyError as exc:
             raise StorageError(f"{what} failed: {exc}") from exc
+
+
+class Repository(Connections):
+    """The reads' engine and the writer's three ways in; `Store` provides them."""
+
+    async def commit(self, rows: Rows) -> None:
+        """Insert `rows` in the next batch; return once it is committed."""
+        raise NotImplementedError
+
+    def enqueue(self, rows: Rows) -> asyncio.Future[None]:
+        """Queue `rows` for the next batch now; the future settles once they are
+        committed."""
+        raise NotImplementedError
+
+    async def commit_if(self, guard: Any, params: Mapping[str, Any], rows: Rows = ()) -> bool:
+        """Run `guard` (an UPDATE) and, only if it changed exactly one row, insert `rows`;
+        whether it changed one."""
+        raise NotImplementedError
