@@ -14,6 +14,8 @@ import logging
 import sqlite3
 import threading
 
+from gateway.core.store import sqlite
+
 log = logging.getLogger(__name__)
 
 
@@ -31,8 +33,11 @@ class Checkpointer:
     start for next time). Commits of this process wait for that second pass only; the
     first, which copies the bulk, waits for nobody and no one waits for it."""
 
-    def __init__(self, path: str, turn: threading.Lock, *, quiet_s: float, rows: int) -> None:
+    def __init__(
+        self, path: str, turn: threading.Lock, synchronous: str, *, quiet_s: float, rows: int
+    ) -> None:
         self.path = path
+        self.synchronous = synchronous
         self._turn = turn
         self.quiet_s = quiet_s
         self.rows = rows
@@ -59,7 +64,7 @@ class Checkpointer:
         self._dirty.set()
 
     def _run(self) -> None:
-        conn = sqlite3.connect(self.path, timeout=0, check_same_thread=False)
+        conn: sqlite3.Connection | None = None
         try:
             while True:
                 self._dirty.wait()
@@ -72,13 +77,27 @@ class Checkpointer:
                     return
                 self._dirty.clear()
                 self._since = 0
+                if conn is None:
+                    conn = self._connect()
+                    if conn is None:
+                        continue
                 self.checkpoint(conn)
                 # The tail, and the WAL started over: this process's commits hold still
                 # for as long as it takes to copy what came during the first pass.
                 with self._turn:
                     self.checkpoint(conn, "RESTART")
         finally:
-            conn.close()
+            if conn is not None:
+                conn.close()
+
+    def _connect(self) -> sqlite3.Connection | None:
+        """A gateway connection like the others, which waits for no one; None while the
+        database is locked (as a failed checkpoint, the next commit brings the next try)."""
+        try:
+            return sqlite.connect(self.path, self.synchronous)
+        except sqlite3.Error as exc:
+            log.debug("SQLite checkpoint connection not opened yet: %r", exc)
+            return None
 
     def checkpoint(self, conn: sqlite3.Connection, mode: str = "PASSIVE") -> bool:
         """One checkpoint; whether it copied every frame of the WAL (a failed one counts

@@ -137,14 +137,20 @@ class Writer:
         self.pace = CommitPace()
         self.batches = 0
         self._path = sqlite.database_path(url)
+        self._synchronous = synchronous or "FULL"
         self.checkpointer = (
-            Checkpointer(self._path, self._turn, quiet_s=CHECKPOINT_QUIET_S, rows=CHECKPOINT_ROWS)
+            Checkpointer(
+                self._path,
+                self._turn,
+                self._synchronous,
+                quiet_s=CHECKPOINT_QUIET_S,
+                rows=CHECKPOINT_ROWS,
+            )
             if self._path is not None
             else None
         )
         # Commits on the loop's thread: only where a commit is a few page writes in process.
-        self.inline = self._path is not None and (synchronous or "FULL") in ("OFF", "NORMAL")
-        self._synchronous = synchronous or "FULL"
+        self.inline = self._path is not None and self._synchronous in ("OFF", "NORMAL")
         self._inline_conn: Any | None = None  # a sqlite3 connection, once opened
         self._inline_link = Fixed(lambda: self._inline_conn)
         # The thread's connection, opened again when the database drops it.
