@@ -11,13 +11,11 @@ from starlette.routing import BaseRoute, Route
 
 from gateway.browser.video import MEDIA_TYPE as VIDEO_MEDIA_TYPE
 from gateway.core.errors import NotFound
+from gateway.core.store.evidence import MAX_SEQ
 from gateway.core.tasks.service import TaskCreate
 from gateway.http import approvals
 from gateway.http.edge import Access, bearer, parse_body, query_int, read_json
 from gateway.runtime import Gateway
-
-# Evidence sequence numbers fit SQLite's and PostgreSQL's 64-bit integers.
-MAX_SEQ = 2**63 - 1
 
 
 def routes(gw: Gateway) -> list[BaseRoute]:

@@ -41,7 +41,8 @@ MAX_TTL_MS = 60 * 60 * 1000
 POLL_INTERVAL_MS = 500
 MAX_HELD = 32
 PAGE_SIZE = 50
-# How long a cancelled task's call may take to record its result before a reader gives up.
+# How long a cancelled call may take to record its result before whoever waits for it (a
+# task's reader, the direct call's handler) lets go.
 CANCEL_GRACE_S = 5.0
 
 # Runs the call, told to stop through the event; answers what a direct call would.

@@ -39,7 +39,7 @@ from gateway.core.results import Door, ToolResult
 from gateway.core.tasks.log import Level, TaskLog, at_least
 from gateway.mcp_door import task_requests
 from gateway.mcp_door.bearer import identity_of
-from gateway.mcp_door.call_tasks import CallTasks
+from gateway.mcp_door.call_tasks import CANCEL_GRACE_S, CallTasks
 from gateway.mcp_door.catalog import McpCatalog
 from gateway.mcp_door.elicitation import elicitor
 from gateway.mcp_door.images import ImageReader, image_block
@@ -51,8 +51,6 @@ from gateway.mcp_door.task_requests import TaskServer
 IDEMPOTENCY_META_KEY = "idempotency_key"
 INVALID_PARAMS = -32602
 MAX_IDEMPOTENCY_KEY = 200
-# How long a cancelled call may take to record its result before the handler lets go.
-CANCEL_GRACE_S = 5.0
 
 Context = ServerRequestContext[Any, Any]
 

@@ -16,6 +16,9 @@ from gateway.core.store.repository import Repository
 # The evidence table's sequence numbers are an `Integer` column: 32 bits on PostgreSQL. A
 # cursor past it is past every record (and is not sent to the database, which refuses it).
 SEQ_CEILING = 2**31 - 1
+# The largest sequence number a reader's cursor (`after`, `before`) may name: any 64-bit
+# integer, which SQLite's and PostgreSQL's columns could hold.
+MAX_SEQ = 2**63 - 1
 
 
 class EvidenceRows(Repository):
