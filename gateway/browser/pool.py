@@ -71,10 +71,13 @@ class BrowserPool:
         shed: Counter | None = None,
         app_link: Callable[[], AppLink | None] = lambda: None,
         storage_state: Callable[[str], StorageState | None] = lambda _task_id: None,
+        placement: Placement | None = None,
     ) -> None:
         """`shed`: the counter of calls turned away as overloaded (for this resource);
         `app_link`: how tasks reach apps the gateway provisioned, looked up when a task's
-        context is opened; `storage_state`: a signed-in task's cookies and local storage."""
+        context is opened; `storage_state`: a signed-in task's cookies and local storage;
+        `placement`, on a node of a cluster: where the task's browser was before this node
+        took it."""
         self.config = config
         self._storage_state = storage_state
         self._app_link = app_link
@@ -88,8 +91,7 @@ class BrowserPool:
         self._warm: list[BrowserSession] = []
         self._warming: asyncio.Task[None] | None = None
         self._ended: dict[str, float] = {}
-        # On a node of a cluster: where the task's browser was before this node took it.
-        self.placement: Placement | None = None
+        self.placement = placement
         self._closers: set[asyncio.Task[None]] = set()
         self._reaper: asyncio.Task[None] | None = None
         self._unsubscribe: Any = None
