@@ -50,11 +50,11 @@ def install(gw: Gateway) -> list[BaseRoute]:
         shed=gw.metrics.calls_shed.labels(resource="browser"),
         app_link=lambda: gw.services.find(AppLink),  # type: ignore[type-abstract]
         storage_state=states.get,
+        placement=gw.placement,
     )
     gw.services.provide(BrowserPool, pool)
     tools.register(gw.registry, gw.settings)
     gw.tasks.on_end(pool.end_task)
-    pool.placement = gw.placement
     if gw.placement is not None:
         # The task's context lives on its owner; a node that lost the task closes its own.
         gw.placement.on_release(lambda task_id: pool.end_task(task_id, "moved"))
