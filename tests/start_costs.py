@@ -13,10 +13,6 @@ A test run starts hundreds of gateways and servers and more HTTP clients, the sa
   it; the real `upgrade` still runs on the copy (and finds it at head), and the answer is
   the one migrating the empty file gives. Any other database (not empty, not SQLite, or
   asked for another revision) is migrated as it always is.
-- Each gateway lists its tools, and with each the JSON schema of its input model, which
-  pydantic builds anew on every call. The schema of a model class is the same every time
-  (until the class is rebuilt, which gives it a new core schema), so it is built once per
-  class and arguments, and each caller gets a copy of its own.
 - Each in-process server (`gateway.serving.serving`: every test gateway, the test sites)
   took 0.15 s or more to stop, asleep: uvicorn looks for its exit flag every 0.1 s and,
   once it is up, waits 0.1 s before it looks at the connections left, every 0.1 s again.
@@ -32,7 +28,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import copy
 import os
 import ssl
 import tempfile
@@ -46,7 +41,6 @@ import httpx._transports.default as httpx_transport
 import httpx2._transports.default as httpx2_transport
 import pytest
 import uvicorn.server
-from pydantic import BaseModel
 
 from gateway.core.store import migrate
 from gateway.core.store.sqlite import database_path
@@ -107,26 +101,6 @@ def _seeded_upgrade(
     return seeded
 
 
-def _schema_once_per_class(schema_of: Any) -> Any:
-    """`BaseModel.model_json_schema`, built once per model class (as its pydantic core
-    schema is: a rebuilt class has a new one) and arguments."""
-    built: dict[tuple[Any, ...], tuple[Any, dict[str, Any]]] = {}
-    lock = threading.Lock()
-
-    def model_json_schema(cls: type[BaseModel], *args: Any, **kwargs: Any) -> dict[str, Any]:
-        core = cls.__dict__.get("__pydantic_core_schema__")
-        key = (cls, args, tuple(sorted(kwargs.items())))
-        with lock:
-            found = built.get(key)
-        if found is None or found[0] is not core:
-            found = (core, schema_of(cls, *args, **kwargs))
-            with lock:
-                built[key] = found
-        return copy.deepcopy(found[1])
-
-    return classmethod(model_json_schema)
-
-
 UVICORN_POLL_S = 0.02
 
 
@@ -151,11 +125,6 @@ def _patched() -> Iterator[None]:
             )
         patch.setattr(migrate, "upgrade", _seeded_upgrade(migrate.upgrade))
         patch.setattr(uvicorn.server, "asyncio", _ShortPolls("asyncio"))
-        patch.setattr(
-            BaseModel,
-            "model_json_schema",
-            _schema_once_per_class(BaseModel.model_json_schema.__func__),  # type: ignore[attr-defined]
-        )
         yield
 
 
