@@ -2,8 +2,8 @@
 
 A part's constructor takes its frozen config rather than the whole `Settings`, so a part
 can be built and tested without the environment; the environment variable names stay
-those of `Settings`. The configs of the adapters (the browser pool and its processes, the
-MCP door, the sandbox providers) are here, in the running gateway's layer, so that
+those of `Settings`. The configs of the adapters (the browser pool, its processes and its
+tools, the MCP door, the sandbox providers) are here, in the running gateway's layer, so that
 building them imports no adapter code; the store's is `gateway/core/store/config.py`,
 below, as the store is.
 """
@@ -58,6 +58,16 @@ class BrowserProcessesConfig:
     network_jail: bool = True
     user: str | None = None
     executable: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class BrowserToolsConfig:
+    """What the browser tools bound: the snapshot they answer with, and the files that
+    cross between a task's workspace and its pages."""
+
+    snapshot_max_chars: int = 24000
+    upload_max_bytes: int = 16 * 1024 * 1024
+    download_max_bytes: int = 32 * 1024 * 1024
 
 
 # Larger images are not inlined as MCP image blocks.
@@ -150,6 +160,15 @@ def browser_processes_config(settings: Settings) -> BrowserProcessesConfig:
         network_jail=settings.browser_network_jail,
         user=settings.browser_user,
         executable=settings.browser_executable,
+    )
+
+
+def browser_tools_config(settings: Settings) -> BrowserToolsConfig:
+    """The browser tools' snapshot bound and their upload and download bounds."""
+    return BrowserToolsConfig(
+        snapshot_max_chars=settings.browser_snapshot_max_chars,
+        upload_max_bytes=settings.browser_upload_max_bytes,
+        download_max_bytes=settings.browser_download_max_bytes,
     )
 
 

@@ -15,11 +15,13 @@ from gateway.core.store.database import Store, sqlite_url
 from gateway.parts import (
     BrowserPoolConfig,
     BrowserProcessesConfig,
+    BrowserToolsConfig,
     LocalConfig,
     McpDoorConfig,
     SandboxesConfig,
     browser_pool_config,
     browser_processes_config,
+    browser_tools_config,
     incus_config,
     local_config,
     mcp_door_config,
@@ -114,6 +116,21 @@ def test_browser_processes_env_names(
 @pytest.mark.parametrize(
     ("env", "value", "field", "expected"),
     [
+        ("GATEWAY_BROWSER_SNAPSHOT_MAX_CHARS", "5000", "snapshot_max_chars", 5000),
+        ("GATEWAY_BROWSER_UPLOAD_MAX_BYTES", "4096", "upload_max_bytes", 4096),
+        ("GATEWAY_BROWSER_DOWNLOAD_MAX_BYTES", "16", "download_max_bytes", 16),
+    ],
+)
+def test_browser_tools_env_names(
+    monkeypatch: pytest.MonkeyPatch, env: str, value: str, field: str, expected: object
+) -> None:
+    monkeypatch.setenv(env, value)
+    assert getattr(browser_tools_config(Settings()), field) == expected
+
+
+@pytest.mark.parametrize(
+    ("env", "value", "field", "expected"),
+    [
         ("GATEWAY_MCP_IMAGE_BLOCKS", "false", "image_blocks", False),
         ("GATEWAY_MAX_BODY_BYTES", "4096", "max_body_bytes", 4096),
         ("GATEWAY_MCP_SESSION_IDLE_S", "60", "session_idle_s", 60.0),
@@ -138,6 +155,7 @@ def test_config_defaults_are_the_settings_defaults() -> None:
     settings = Settings()
     assert browser_pool_config(settings) == BrowserPoolConfig()
     assert browser_processes_config(settings) == BrowserProcessesConfig(settings.data_dir)
+    assert browser_tools_config(settings) == BrowserToolsConfig()
     assert mcp_door_config(settings) == McpDoorConfig()
     assert local_config(settings) == LocalConfig(SandboxesConfig(settings.sandbox_root))
 
@@ -147,6 +165,7 @@ def test_config_defaults_are_the_settings_defaults() -> None:
     [
         (BrowserPoolConfig(), "max_contexts"),
         (BrowserProcessesConfig(Path("/srv/gw")), "processes"),
+        (BrowserToolsConfig(), "upload_max_bytes"),
         (McpDoorConfig(), "max_body_bytes"),
         (LocalConfig(SandboxesConfig(Path("/srv/gw"))), "uid_base"),
     ],

@@ -21,6 +21,7 @@ from playwright.async_api import Error as PlaywrightError
 
 from gateway.core.errors import ToolFailure
 from gateway.core.identity import TaskIdentity
+from gateway.parts import BrowserToolsConfig
 
 from .admission import ActionSlots, Admission
 from .app_link import AppLink
@@ -39,8 +40,6 @@ from .violations import Violation
 from .windows import Windows
 
 log = logging.getLogger(__name__)
-
-DEFAULT_DOWNLOAD_MAX_BYTES = 32 * 1024 * 1024
 
 
 class SessionState:
@@ -96,7 +95,8 @@ class SessionState:
         self.stuck = asyncio.Event()
         # A page of its own being opened (`replace_page`): not a popup.
         self.opening_own = False
-        self.download_max_bytes = DEFAULT_DOWNLOAD_MAX_BYTES
+        # The default bound until a tool call sets this gateway's (`acting.session_of`).
+        self.download_max_bytes = BrowserToolsConfig().download_max_bytes
         # Password-field values the page held, seen by snapshots: kept out of the trace.
         self.held_secrets: set[str] = set()
         # Secrets typed into fields that show them (secret: true on a plain text box): a

@@ -24,7 +24,6 @@ from starlette.responses import (
 )
 from starlette.routing import BaseRoute, Route
 
-from gateway.browser.video import MEDIA_TYPE as VIDEO_MEDIA_TYPE
 from gateway.console import byte_range, export, pages, timeline, trace_viewer
 from gateway.console.access import COOKIE, SESSION_MAX_AGE_S, ConsoleAccess, HostSignIn, Viewer
 from gateway.core.approvals.broker import Decision
@@ -36,7 +35,7 @@ from gateway.core.errors import (
     NotFound,
     PayloadTooLarge,
 )
-from gateway.core.store.artifacts import ArtifactRef
+from gateway.core.store.artifacts import VIDEO_MEDIA_TYPE, ArtifactRef
 from gateway.core.store.tasks import TaskRecord
 from gateway.http.approvals import DECIDE
 from gateway.http.edge import error_response, parse_body, query_int, read_json

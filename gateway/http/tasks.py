@@ -9,8 +9,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import BaseRoute, Route
 
-from gateway.browser.video import MEDIA_TYPE as VIDEO_MEDIA_TYPE
 from gateway.core.errors import NotFound
+from gateway.core.store.artifacts import VIDEO_MEDIA_TYPE
 from gateway.core.tasks.service import TaskCreate
 from gateway.http import approvals
 from gateway.http.edge import Access, bearer, parse_body, query_int, read_json
