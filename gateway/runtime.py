@@ -37,8 +37,8 @@ from gateway.core.store.database import Store
 from gateway.core.store.objects import object_store
 from gateway.core.tasks.log import TaskLog
 from gateway.core.tasks.service import TaskService
-from gateway.core.tokens import Purpose, TokenService
-from gateway.parts import store_config
+from gateway.core.tokens import TokenService
+from gateway.parts import approvals_config, evidence_config, store_config, tasks_config
 from gateway.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -108,13 +108,7 @@ class Gateway:
         self.tasks = TaskService(
             self.store,
             self.tokens,
-            ttl_by_purpose={
-                Purpose.TAB: settings.tab_token_ttl_s,
-                Purpose.AGENT: settings.agent_token_ttl_s,
-                Purpose.BRIDGE: settings.bridge_token_ttl_s,
-            },
-            max_task_ttl_s=settings.max_task_ttl_s,
-            max_live_per_org=settings.max_live_tasks_per_org,
+            tasks_config(settings),
             auth_failures=self.metrics.auth_failures,
         )
         self.redactor = Redactor(
@@ -125,14 +119,10 @@ class Gateway:
         self.events = EventLog(
             self.store,
             self.redactor,
-            quota=settings.evidence_max_events_per_task,
+            evidence_config(settings),
             metrics=self.metrics.registry,
         )
-        self.approvals = Approvals(
-            self.store,
-            self.events,
-            max_pending_per_task=settings.max_pending_approvals_per_task,
-        )
+        self.approvals = Approvals(self.store, self.events, approvals_config(settings))
         self.pipeline = Pipeline(
             self.registry,
             self.tasks,

@@ -13,7 +13,7 @@ from gateway.core.errors import NotFound
 from gateway.core.store.artifacts import VIDEO_MEDIA_TYPE
 from gateway.core.tasks.service import TaskCreate
 from gateway.http import approvals
-from gateway.http.edge import Access, bearer, parse_body, query_int, read_json
+from gateway.http.edge import bearer, gateway_access, parse_body, query_int, read_json
 from gateway.runtime import Gateway
 
 # Evidence sequence numbers fit SQLite's and PostgreSQL's 64-bit integers.
@@ -21,7 +21,7 @@ MAX_SEQ = 2**63 - 1
 
 
 def routes(gw: Gateway) -> list[BaseRoute]:
-    access = Access(lambda: gw.settings.control_key, gw.tasks)
+    access = gateway_access(gw)
 
     async def create(request: Request) -> Response:
         access.require_control(request)
