@@ -254,24 +254,16 @@ class IncusProvider(SandboxProvider):
             if ended is None or handle.torn_down():
                 continue
             died = await incus_app.end_of(self.incus, ended)
-            if handle.restarts >= 1:
-                self.changed(handle, SandboxState.DOWN, {**died, "restarts": handle.restarts})
+            if not await self.restarted(handle, died, lambda: self._restart(handle, repository)):
                 return
-            handle.restarts += 1
-            self.changed(handle, SandboxState.RESTARTING, died)
-            try:
-                commit = handle.manifest.get("commit", "")
-                await incus_app.launch(self.incus, handle, repository, commit)
-                await incus_app.until_healthy(self.incus, handle, repository)
-            except (SandboxError, IncusError) as exc:
-                message = exc.message if isinstance(exc, SandboxError) else str(exc)
-                self.changed(
-                    handle, SandboxState.DOWN, {"error": message, "restarts": handle.restarts}
-                )
-                return
-            if handle.torn_down():
-                return
-            self.changed(handle, SandboxState.HEALTHY, {"restarts": handle.restarts})
+
+    async def _restart(self, handle: IncusSandbox, repository: Repository) -> None:
+        try:
+            commit = handle.manifest.get("commit", "")
+            await incus_app.launch(self.incus, handle, repository, commit)
+            await incus_app.until_healthy(self.incus, handle, repository)
+        except IncusError as exc:
+            raise SandboxError(str(exc)) from exc
 
     # -- another node's sandbox ---------------------------------------------------------------
 

@@ -207,25 +207,16 @@ class LocalProvider(SandboxProvider):
                 return
             await self._kill(handle)
             died = {"exit_code": code, "log": handle.log_tail()}
-            if handle.restarts >= 1:
-                self.changed(handle, SandboxState.DOWN, {**died, "restarts": handle.restarts})
+            if not await self.restarted(handle, died, lambda: self._restart(handle)):
                 return
-            handle.restarts += 1
-            self.changed(handle, SandboxState.RESTARTING, died)
-            try:
-                await self._start(handle)
-                await self._until_healthy(handle)
-            except SandboxError as exc:
-                await self._kill(handle)
-                self.changed(
-                    handle,
-                    SandboxState.DOWN,
-                    {"error": exc.message, "restarts": handle.restarts},
-                )
-                return
-            if handle.torn_down():
-                return
-            self.changed(handle, SandboxState.HEALTHY, {"restarts": handle.restarts})
+
+    async def _restart(self, handle: LocalSandbox) -> None:
+        try:
+            await self._start(handle)
+            await self._until_healthy(handle)
+        except SandboxError:
+            await self._kill(handle)  # nothing of a jail that does not serve is left
+            raise
 
     # -- teardown ---------------------------------------------------------------------------
 
