@@ -35,6 +35,7 @@ from .errors import browser_unavailable
 from .lanes import ProcessLanes
 from .processes import BrowserProcess, BrowserProcesses
 from .session import BrowserSession, EvidenceSink
+from .session_state import SessionOptions
 from .warm import WarmStock
 
 log = logging.getLogger(__name__)
@@ -273,11 +274,13 @@ class BrowserPool:
                 BrowserSession.open(
                     process,
                     self.sink,
-                    snapshot_max_chars=self.config.snapshot_max_chars,
-                    trace=self.config.trace,
-                    keep_screenshots=self.config.screenshots,
-                    admission=PageAdmission(self.admissions[process.index]),
-                    reads=PageAdmission(self.read_admissions[process.index]),
+                    SessionOptions(
+                        snapshot_max_chars=self.config.snapshot_max_chars,
+                        trace=self.config.trace,
+                        keep_screenshots=self.config.screenshots,
+                        admission=PageAdmission(self.admissions[process.index]),
+                        reads=PageAdmission(self.read_admissions[process.index]),
+                    ),
                     storage_state=state,
                     record_video=record_video,
                 ),
