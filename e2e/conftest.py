@@ -25,6 +25,7 @@ from gateway.core.registry import ToolAnnotations, ToolContext
 from gateway.runtime import Gateway
 from gateway.serving import serving
 from tests.browser.conftest import browsers, sites, task_chromium
+from tests.start_costs import once_per_run
 from tests.tabs.conftest import TabGateway, _start, register_views
 from tests.tabs.dashboard import dashboard_app
 
@@ -152,4 +153,4 @@ def gateway_setup() -> Callable[[Gateway], None]:
 
 # --- the task browser's guard: the same fixtures as tests/browser's ------------------
 
-__all__ = ["browsers", "sites", "task_chromium"]
+__all__ = ["browsers", "once_per_run", "sites", "task_chromium"]

@@ -22,7 +22,7 @@ import pytest
 import pytest_asyncio
 
 from examples.synthetic_app.serve import ExampleStack, running_stack
-from gateway.console.pages import video_link
+from gateway.console.links import video_link
 from gateway.core.identity import TaskIdentity
 from gateway.core.results import Door
 from gateway.core.tokens import Purpose

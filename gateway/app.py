@@ -1,4 +1,4 @@
-"""The composition root: build the Starlette app of one gateway from its settings."""
+"""The composition root: build one gateway, and its Starlette app, from its settings."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from starlette.routing import BaseRoute
 
 from gateway.bridge import install as bridge
 from gateway.browser import install as browser
-from gateway.cluster.extension import install as cluster
+from gateway.cluster.joining import joining
 from gateway.console import install as console
 from gateway.core.errors import GatewayError
 from gateway.http import health, tasks
@@ -32,7 +32,6 @@ def default_extensions() -> list[Extension]:
     # Sandboxes before the browser: their part stops after the browser pool's, so no task
     # browser is left on an app that is gone.
     return [
-        cluster,
         health.routes,
         tasks.routes,
         tabs,
@@ -44,13 +43,19 @@ def default_extensions() -> list[Extension]:
     ]
 
 
+def build_gateway(settings: Settings) -> Gateway:
+    """The gateway of `settings`: a node of the cluster they name, if they name one (its
+    extensions then find the node's placement and routing already there)."""
+    return Gateway(settings, cluster=joining(settings))
+
+
 def build_app(
     settings: Settings | None = None,
     *,
     gateway: Gateway | None = None,
     extensions: Sequence[Extension] | None = None,
 ) -> Starlette:
-    gw = gateway or Gateway(settings or Settings())
+    gw = gateway or build_gateway(settings or Settings())
     routes: list[BaseRoute] = []
     for install in extensions if extensions is not None else default_extensions():
         routes.extend(install(gw))

@@ -2,10 +2,11 @@
 
 A part's constructor takes its frozen config rather than the whole `Settings`, so a part
 can be built and tested without the environment; the environment variable names stay
-those of `Settings`. The configs of the adapters (the browser pool and its processes, the
-MCP door, the sandbox providers) are here, in the running gateway's layer, so that
-building them imports no adapter code; the store's is `gateway/core/store/config.py`,
-below, as the store is.
+those of `Settings`. The configs of the adapters (the browser pool, its processes and its
+tools, the MCP door, the sandbox providers, the workspaces) are here, in the running
+gateway's layer, so that building them imports no adapter code; the core parts' are below,
+beside each part (`gateway/core/store/config.py`, `gateway/core/tasks/config.py`,
+`gateway/core/approvals/config.py`, `EvidenceConfig` in `gateway/core/evidence.py`).
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from gateway.core.approvals.config import ApprovalsConfig
+from gateway.core.evidence import EvidenceConfig
 from gateway.core.sandbox_spec import (
     DEFAULT_BUDGETS,
     DEFAULT_MAX_LIMITS,
@@ -23,6 +26,7 @@ from gateway.core.sandbox_spec import (
     Repository,
 )
 from gateway.core.store.config import StoreConfig
+from gateway.core.tasks.config import TasksConfig
 from gateway.settings import Settings
 
 
@@ -58,6 +62,16 @@ class BrowserProcessesConfig:
     network_jail: bool = True
     user: str | None = None
     executable: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class BrowserToolsConfig:
+    """What the browser tools bound: the snapshot they answer with, and the files that
+    cross between a task's workspace and its pages."""
+
+    snapshot_max_chars: int = 24000
+    upload_max_bytes: int = 16 * 1024 * 1024
+    download_max_bytes: int = 32 * 1024 * 1024
 
 
 # Larger images are not inlined as MCP image blocks.
@@ -114,6 +128,17 @@ class IncusConfig:
     backend: IncusBackend
 
 
+@dataclass(frozen=True, slots=True)
+class WorkspaceConfig:
+    """Where the tasks' workspaces are and what each may hold."""
+
+    # Each task's workspace is `<data_dir>/workspaces/o_<org>/<task>`.
+    data_dir: Path
+    # Bytes of file contents, and entries (files and directories alike).
+    max_bytes: int = 256 * 1024 * 1024
+    max_files: int = 10_000
+
+
 def store_config(settings: Settings) -> StoreConfig:
     """The store's database, data dir, SQLite durability and artifact limit."""
     return StoreConfig(
@@ -150,6 +175,15 @@ def browser_processes_config(settings: Settings) -> BrowserProcessesConfig:
         network_jail=settings.browser_network_jail,
         user=settings.browser_user,
         executable=settings.browser_executable,
+    )
+
+
+def browser_tools_config(settings: Settings) -> BrowserToolsConfig:
+    """The browser tools' snapshot bound and their upload and download bounds."""
+    return BrowserToolsConfig(
+        snapshot_max_chars=settings.browser_snapshot_max_chars,
+        upload_max_bytes=settings.browser_upload_max_bytes,
+        download_max_bytes=settings.browser_download_max_bytes,
     )
 
 
@@ -192,3 +226,33 @@ def incus_config(settings: Settings) -> IncusConfig | None:
     if settings.sandbox_incus is None:
         return None
     return IncusConfig(sandboxes=sandboxes_config(settings), backend=settings.sandbox_incus)
+
+
+def tasks_config(settings: Settings) -> TasksConfig:
+    """The task service's token and task lifetimes and its live tasks per organization."""
+    return TasksConfig(
+        tab_token_ttl_s=settings.tab_token_ttl_s,
+        agent_token_ttl_s=settings.agent_token_ttl_s,
+        bridge_token_ttl_s=settings.bridge_token_ttl_s,
+        max_task_ttl_s=settings.max_task_ttl_s,
+        max_live_per_org=settings.max_live_tasks_per_org,
+    )
+
+
+def evidence_config(settings: Settings) -> EvidenceConfig:
+    """The event log's quota of events per task."""
+    return EvidenceConfig(max_events_per_task=settings.evidence_max_events_per_task)
+
+
+def approvals_config(settings: Settings) -> ApprovalsConfig:
+    """The approvals desk's limit of requests waiting per task."""
+    return ApprovalsConfig(max_pending_per_task=settings.max_pending_approvals_per_task)
+
+
+def workspace_config(settings: Settings) -> WorkspaceConfig:
+    """Where the workspaces are and each one's quota of bytes and entries."""
+    return WorkspaceConfig(
+        data_dir=settings.data_dir,
+        max_bytes=settings.workspace_max_bytes,
+        max_files=settings.workspace_max_files,
+    )

@@ -4,6 +4,10 @@ Adapters (tab channels, browser pool, bridge, MCP) are extensions: each has an `
 function that takes the `Gateway`, registers its tools and services, subscribes to task
 ends, adds the parts it runs (`add_part`) and returns its routes.
 
+A gateway that is one node of a cluster is told so when it is built (`cluster`, the
+`Cluster` port, gateway/cluster/joining.py): its pipeline is built with the node's fencing,
+and `placement` and `calls` are the node's before any extension is installed.
+
 One lifetime: `start` enters the store, then every part in the order they were added, on
 one exit stack; `stop` leaves them in reverse. A part whose start fails unwinds every part
 started before it, so a gateway is either running whole or not at all. Nothing is written
@@ -18,7 +22,7 @@ import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from gateway.core.approvals.broker import Approvals
 from gateway.core.approvals.prompt import PROMPT_TOOL
@@ -26,15 +30,15 @@ from gateway.core.evidence import EventLog
 from gateway.core.identity import TaskIdentity
 from gateway.core.metrics import Metrics
 from gateway.core.pipeline import Pipeline
-from gateway.core.ports import CallRunner, Placement
+from gateway.core.ports import NO_FENCING, CallRunner, Fencing, Placement
 from gateway.core.redaction import Redactor
 from gateway.core.registry import Registry, Services
 from gateway.core.store.database import Store
 from gateway.core.store.objects import object_store
 from gateway.core.tasks.log import TaskLog
 from gateway.core.tasks.service import TaskService
-from gateway.core.tokens import Purpose, TokenService
-from gateway.parts import store_config
+from gateway.core.tokens import TokenService
+from gateway.parts import approvals_config, evidence_config, store_config, tasks_config
 from gateway.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -68,8 +72,30 @@ def hooks(start: Hook | None = None, stop: Hook | None = None) -> PartContext:
     return running
 
 
+class Node(Placement, Protocol):
+    """A node of a cluster as its gateway holds it: the `Placement` its parts ask, the call
+    runner its doors are given, its lifetime (a part) and where it says a task lives."""
+
+    @property
+    def calls(self) -> CallRunner: ...
+
+    def running(self) -> AbstractAsyncContextManager[None]: ...
+
+    def describe(self, task_id: str) -> dict[str, Any]: ...
+
+
+class Cluster(Protocol):
+    """The cluster a gateway is built as a node of: the fencing its pipeline is built with,
+    then the node, made of that pipeline and the task service."""
+
+    @property
+    def fencing(self) -> Fencing: ...
+
+    def node(self, tasks: TaskService, pipeline: Pipeline) -> Node: ...
+
+
 class Gateway:
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, *, cluster: Cluster | None = None) -> None:
         self.settings = settings
         self.metrics = Metrics()
         self.store = Store(
@@ -82,13 +108,7 @@ class Gateway:
         self.tasks = TaskService(
             self.store,
             self.tokens,
-            ttl_by_purpose={
-                Purpose.TAB: settings.tab_token_ttl_s,
-                Purpose.AGENT: settings.agent_token_ttl_s,
-                Purpose.BRIDGE: settings.bridge_token_ttl_s,
-            },
-            max_task_ttl_s=settings.max_task_ttl_s,
-            max_live_per_org=settings.max_live_tasks_per_org,
+            tasks_config(settings),
             auth_failures=self.metrics.auth_failures,
         )
         self.redactor = Redactor(
@@ -99,14 +119,10 @@ class Gateway:
         self.events = EventLog(
             self.store,
             self.redactor,
-            quota=settings.evidence_max_events_per_task,
+            evidence_config(settings),
             metrics=self.metrics.registry,
         )
-        self.approvals = Approvals(
-            self.store,
-            self.events,
-            max_pending_per_task=settings.max_pending_approvals_per_task,
-        )
+        self.approvals = Approvals(self.store, self.events, approvals_config(settings))
         self.pipeline = Pipeline(
             self.registry,
             self.tasks,
@@ -116,12 +132,10 @@ class Gateway:
             self.metrics,
             self.events,
             self.approvals,
+            # A node's side effects are fenced to the tasks it owns; a single gateway's,
+            # to nothing.
+            fencing=cluster.fencing if cluster is not None else NO_FENCING,
         )
-        # What the doors run calls with: the pipeline itself here; on a node of a cluster,
-        # gateway/cluster's extension (installed before the others) sets the routing that
-        # runs each call on its task's owner, and `placement`, where that is (None on its own).
-        self.calls: CallRunner = self.pipeline
-        self.placement: Placement | None = None
         self.task_log = TaskLog()
         self.tasks.on_end(self.pipeline.forget)
         self.tasks.on_end(self.events.task_ended)
@@ -134,6 +148,20 @@ class Gateway:
         self.task_extras: dict[str, TaskExtra] = {}
         # Extra fields of `GET /v1/tasks/{id}`, e.g. `tab` and `browser` state.
         self.task_probes: dict[str, Callable[[str], Any]] = {}
+        # What the doors run calls with, and where a task lives: the pipeline itself and
+        # None on a single gateway; on a node of a cluster, the routing that runs each call
+        # on its task's owner, and the node.
+        self.calls: CallRunner = self.pipeline
+        self.placement: Placement | None = None
+        if cluster is not None:
+            node = cluster.node(self.tasks, self.pipeline)
+            self.calls, self.placement = node.calls, node
+            # A person's answer reaches the node that asks; a node that lost the task closes
+            # its questions, and the call that asked ends.
+            node.on_release(lambda task_id: self.approvals.task_ended(task_id, "moved"))
+            # The first part: it starts before, and stops after, every extension's.
+            self.add_part("cluster node", context=node.running)
+            self.task_probes["node"] = node.describe
 
     def add_part(
         self,

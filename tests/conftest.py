@@ -16,8 +16,9 @@ import pytest
 from gateway.settings import Settings
 from gateway.testing import LiveGateway, live_gateway, task_body, test_settings
 from tests.servers.postgres import Cluster, PostgresUnavailable, throwaway_cluster
+from tests.start_costs import once_per_run
 
-__all__ = ["APP_ORIGIN", "Live", "LiveFactory", "task_body"]
+__all__ = ["APP_ORIGIN", "Live", "LiveFactory", "once_per_run", "task_body"]
 
 APP_ORIGIN = "http://127.0.0.1:9"
 

@@ -8,26 +8,40 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
+from gateway.core.approvals.config import ApprovalsConfig
 from gateway.core.errors import StorageError
+from gateway.core.evidence import EvidenceConfig
 from gateway.core.sandbox_spec import Budgets
 from gateway.core.store.config import StoreConfig
 from gateway.core.store.database import Store, sqlite_url
+from gateway.core.tasks.config import TasksConfig
+from gateway.core.tokens import Purpose
 from gateway.parts import (
     BrowserPoolConfig,
     BrowserProcessesConfig,
+    BrowserToolsConfig,
     LocalConfig,
     McpDoorConfig,
     SandboxesConfig,
+    WorkspaceConfig,
+    approvals_config,
     browser_pool_config,
     browser_processes_config,
+    browser_tools_config,
+    evidence_config,
     incus_config,
     local_config,
     mcp_door_config,
     store_config,
+    tasks_config,
+    workspace_config,
 )
+from gateway.runtime import Gateway
 from gateway.sandbox.incus import IncusProvider
 from gateway.sandbox.local import LocalProvider
 from gateway.settings import Settings
+from gateway.workspace.quota import Limits
+from gateway.workspace.tools import Workspaces
 
 
 @pytest.mark.parametrize(
@@ -114,6 +128,21 @@ def test_browser_processes_env_names(
 @pytest.mark.parametrize(
     ("env", "value", "field", "expected"),
     [
+        ("GATEWAY_BROWSER_SNAPSHOT_MAX_CHARS", "5000", "snapshot_max_chars", 5000),
+        ("GATEWAY_BROWSER_UPLOAD_MAX_BYTES", "4096", "upload_max_bytes", 4096),
+        ("GATEWAY_BROWSER_DOWNLOAD_MAX_BYTES", "16", "download_max_bytes", 16),
+    ],
+)
+def test_browser_tools_env_names(
+    monkeypatch: pytest.MonkeyPatch, env: str, value: str, field: str, expected: object
+) -> None:
+    monkeypatch.setenv(env, value)
+    assert getattr(browser_tools_config(Settings()), field) == expected
+
+
+@pytest.mark.parametrize(
+    ("env", "value", "field", "expected"),
+    [
         ("GATEWAY_MCP_IMAGE_BLOCKS", "false", "image_blocks", False),
         ("GATEWAY_MAX_BODY_BYTES", "4096", "max_body_bytes", 4096),
         ("GATEWAY_MCP_SESSION_IDLE_S", "60", "session_idle_s", 60.0),
@@ -134,10 +163,96 @@ def test_mcp_door_is_clustered_with_a_node_id_and_nats(monkeypatch: pytest.Monke
     assert mcp_door_config(Settings()).clustered
 
 
+@pytest.mark.parametrize(
+    ("env", "value", "field", "expected"),
+    [
+        ("GATEWAY_TAB_TOKEN_TTL_S", "60", "tab_token_ttl_s", 60),
+        ("GATEWAY_AGENT_TOKEN_TTL_S", "61", "agent_token_ttl_s", 61),
+        ("GATEWAY_BRIDGE_TOKEN_TTL_S", "62", "bridge_token_ttl_s", 62),
+        ("GATEWAY_MAX_TASK_TTL_S", "600", "max_task_ttl_s", 600),
+        ("GATEWAY_MAX_LIVE_TASKS_PER_ORG", "3", "max_live_per_org", 3),
+    ],
+)
+def test_tasks_env_names(
+    monkeypatch: pytest.MonkeyPatch, env: str, value: str, field: str, expected: object
+) -> None:
+    monkeypatch.setenv(env, value)
+    assert getattr(tasks_config(Settings()), field) == expected
+
+
+def test_each_token_purpose_has_its_own_ttl() -> None:
+    config = TasksConfig(tab_token_ttl_s=1, agent_token_ttl_s=2, bridge_token_ttl_s=3)
+    ttls = {purpose: config.token_ttl_s(purpose) for purpose in Purpose}
+    assert ttls == {Purpose.TAB: 1, Purpose.AGENT: 2, Purpose.BRIDGE: 3}
+
+
+def test_core_settings_reach_the_gateways_parts(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("GATEWAY_DATA_DIR", str(tmp_path))
+    monkeypatch.setenv("GATEWAY_MAX_TASK_TTL_S", "600")
+    monkeypatch.setenv("GATEWAY_EVIDENCE_MAX_EVENTS_PER_TASK", "50")
+    monkeypatch.setenv("GATEWAY_MAX_PENDING_APPROVALS_PER_TASK", "4")
+    monkeypatch.setenv("GATEWAY_WORKSPACE_MAX_FILES", "9")
+    settings = Settings()
+    gw = Gateway(settings)
+    assert gw.tasks.config.max_task_ttl_s == 600
+    assert gw.events.quota == 50
+    assert gw.approvals.max_pending_per_task == 4
+    workspaces = Workspaces(workspace_config(settings))
+    assert workspaces.limits == Limits(max_bytes=256 * MIB, max_files=9)
+
+
+def test_evidence_and_approvals_env_names(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("GATEWAY_EVIDENCE_MAX_EVENTS_PER_TASK", "50")
+    monkeypatch.setenv("GATEWAY_MAX_PENDING_APPROVALS_PER_TASK", "4")
+    settings = Settings()
+    assert evidence_config(settings).max_events_per_task == 50
+    assert approvals_config(settings).max_pending_per_task == 4
+
+
+@pytest.mark.parametrize(
+    ("env", "value", "field", "expected"),
+    [
+        ("GATEWAY_DATA_DIR", "/srv/gw", "data_dir", Path("/srv/gw")),
+        ("GATEWAY_WORKSPACE_MAX_BYTES", "4096", "max_bytes", 4096),
+        ("GATEWAY_WORKSPACE_MAX_FILES", "9", "max_files", 9),
+    ],
+)
+def test_workspace_env_names(
+    monkeypatch: pytest.MonkeyPatch, env: str, value: str, field: str, expected: object
+) -> None:
+    monkeypatch.setenv(env, value)
+    assert getattr(workspace_config(Settings()), field) == expected
+
+
+@pytest.mark.parametrize(
+    ("env", "value", "setting"),
+    [
+        ("GATEWAY_TAB_TOKEN_TTL_S", "3601", "tab_token_ttl_s"),
+        ("GATEWAY_MAX_LIVE_TASKS_PER_ORG", "0", "max_live_tasks_per_org"),
+        ("GATEWAY_EVIDENCE_MAX_EVENTS_PER_TASK", "9", "evidence_max_events_per_task"),
+        ("GATEWAY_MAX_PENDING_APPROVALS_PER_TASK", "0", "max_pending_approvals_per_task"),
+        ("GATEWAY_WORKSPACE_MAX_FILES", "0", "workspace_max_files"),
+    ],
+)
+def test_a_bad_core_limit_is_refused_naming_it(
+    monkeypatch: pytest.MonkeyPatch, env: str, value: str, setting: str
+) -> None:
+    monkeypatch.setenv(env, value)
+    with pytest.raises(ValidationError, match=setting):
+        Settings()
+
+
 def test_config_defaults_are_the_settings_defaults() -> None:
     settings = Settings()
+    assert tasks_config(settings) == TasksConfig()
+    assert evidence_config(settings) == EvidenceConfig()
+    assert approvals_config(settings) == ApprovalsConfig()
+    assert workspace_config(settings) == WorkspaceConfig(settings.data_dir)
     assert browser_pool_config(settings) == BrowserPoolConfig()
     assert browser_processes_config(settings) == BrowserProcessesConfig(settings.data_dir)
+    assert browser_tools_config(settings) == BrowserToolsConfig()
     assert mcp_door_config(settings) == McpDoorConfig()
     assert local_config(settings) == LocalConfig(SandboxesConfig(settings.sandbox_root))
 
@@ -147,8 +262,13 @@ def test_config_defaults_are_the_settings_defaults() -> None:
     [
         (BrowserPoolConfig(), "max_contexts"),
         (BrowserProcessesConfig(Path("/srv/gw")), "processes"),
+        (BrowserToolsConfig(), "upload_max_bytes"),
         (McpDoorConfig(), "max_body_bytes"),
         (LocalConfig(SandboxesConfig(Path("/srv/gw"))), "uid_base"),
+        (TasksConfig(), "max_task_ttl_s"),
+        (EvidenceConfig(), "max_events_per_task"),
+        (ApprovalsConfig(), "max_pending_per_task"),
+        (WorkspaceConfig(Path("/srv/gw")), "max_files"),
     ],
 )
 def test_part_configs_are_frozen(config: object, field: str) -> None:

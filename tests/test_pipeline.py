@@ -39,6 +39,7 @@ class Calls:
         self.count = 0
         self.cancelled = asyncio.Event()
         self.release = asyncio.Event()
+        self.waiting = asyncio.Event()  # `t.wait`'s handler is running
 
 
 def install_tools(gw: Gateway, calls: Calls) -> None:
@@ -57,6 +58,7 @@ def install_tools(gw: Gateway, calls: Calls) -> None:
             raise
 
     async def wait(_ctx: ToolContext, _args: Empty) -> str:
+        calls.waiting.set()
         try:
             await calls.release.wait()
         except asyncio.CancelledError:
@@ -198,7 +200,7 @@ async def test_a_cancel_event_ends_the_call_as_cancelled(env: tuple[Gateway, Cal
     pending = asyncio.create_task(
         gw.pipeline.call(ident, "t.wait", {}, door=Door.TAB, cancel=cancel)
     )
-    await asyncio.sleep(0.02)
+    await asyncio.wait_for(calls.waiting.wait(), 30)
     cancel.set()
     result = await pending
     assert (result.status, result.error and result.error.code) == ("failed", "cancelled")
@@ -209,7 +211,7 @@ async def test_a_cancelled_caller_still_leaves_one_record(env: tuple[Gateway, Ca
     gw, calls = env
     ident, _ = await new_task(gw)
     pending = asyncio.create_task(gw.pipeline.call(ident, "t.wait", {}, door=Door.MCP))
-    await asyncio.sleep(0.02)
+    await asyncio.wait_for(calls.waiting.wait(), 30)
     pending.cancel()
     with pytest.raises(asyncio.CancelledError):
         await pending

@@ -30,7 +30,7 @@ from examples.synthetic_app.control import ControlPlane
 from examples.synthetic_app.directory import DEMO_ADMIN, USERS
 from examples.synthetic_app.tools import install_product_tools
 from examples.synthetic_app.web import AppConfig, SyntheticApp
-from gateway.app import Extension, build_app, default_extensions
+from gateway.app import Extension, build_app, build_gateway, default_extensions
 from gateway.core.sandbox_spec import Repository
 from gateway.runtime import Gateway
 from gateway.sandbox.local import host_unready
@@ -183,7 +183,7 @@ def build_stack(
         if provision is None
         else None
     )
-    gw = Gateway(settings)
+    gw = build_gateway(settings)
     install_product_tools(gw, dashboard)
     gateway_app = build_app(gateway=gw, extensions=gateway_extensions())
     return ExampleStack(

@@ -18,7 +18,7 @@ from typing import Any
 
 from gateway.bridge import relay
 from gateway.bridge.client import BridgeClient, new_request_id
-from gateway.bridge.envelopes import ParentToolResult, failure
+from gateway.bridge.envelopes import DEFAULT_TIMEOUT_MS, ParentToolResult, failure
 from gateway.bridge.schemas import ENDPOINT_ENV, TOKEN_ENV
 from gateway.bridge.validation import EnvelopeInvalid
 
@@ -97,7 +97,7 @@ def add_commands(sub: Any) -> None:
     )
     relay_cmd.add_argument("--url-env", default=ENDPOINT_ENV)
     relay_cmd.add_argument("--token-env", default=TOKEN_ENV)
-    relay_cmd.add_argument("--timeout-ms", type=int, default=relay.DEFAULT_TIMEOUT_MS)
+    relay_cmd.add_argument("--timeout-ms", type=int, default=DEFAULT_TIMEOUT_MS)
     relay_cmd.set_defaults(func=_relay)
 
 

@@ -27,6 +27,7 @@ from gateway.bridge.delegation_envelopes import (
     HostDelegationResult,
     delegation_failure,
 )
+from gateway.bridge.envelopes import MAX_TIMEOUT_MS
 from gateway.bridge.metrics import BridgeMetrics
 from gateway.bridge.schemas import DELEGATION_REQUEST_SCHEMA, DELEGATION_RESULT_SCHEMA
 from gateway.bridge.validation import EnvelopeInvalid, parse_envelope
@@ -36,8 +37,8 @@ from gateway.core.ports import CallRunner, EventRecorder
 log = logging.getLogger(__name__)
 
 EVENT_KIND = "host-delegation-event"
-DEFAULT_TIMEOUT_MS = 60_000
-MAX_TIMEOUT_MS = 10 * 60 * 1000
+# Host work runs longer than one tool call, so it waits longer unless the request says.
+DELEGATION_TIMEOUT_MS = 60_000
 
 
 class ResultRejected(Exception):
@@ -85,7 +86,7 @@ def _timeout_s(request: HostDelegationRequest) -> float:
     value = request.execution.get("timeout_ms")
     if type(value) is int and 0 < value <= MAX_TIMEOUT_MS:
         return value / 1000
-    return DEFAULT_TIMEOUT_MS / 1000
+    return DELEGATION_TIMEOUT_MS / 1000
 
 
 class DelegationService:

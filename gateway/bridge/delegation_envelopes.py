@@ -15,28 +15,22 @@ from __future__ import annotations
 import time
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
+from pydantic import Field, StringConstraints, model_validator
 
+from gateway.bridge.envelopes import Envelope, RequestId, ResultError
 from gateway.bridge.schemas import (
     DELEGATION_EVENT_SCHEMA,
     DELEGATION_REQUEST_SCHEMA,
     DELEGATION_RESULT_SCHEMA,
 )
 
-RequestId = Annotated[
-    str, StringConstraints(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9_.:-]+$")
-]
 SessionId = Annotated[str, StringConstraints(min_length=1, max_length=256)]
 SourceDigest = Annotated[str, StringConstraints(pattern=r"^[0-9a-fA-F]{64}$")]
 
 DelegationStatus = Literal["accepted", "completed", "failed", "unavailable"]
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(strict=True, extra="forbid", frozen=True, populate_by_name=True)
-
-
-class HostDelegationRequest(_Strict):
+class HostDelegationRequest(Envelope):
     schema_: Literal["wp-codebox/host-delegation-request/v1"] = Field(
         default=DELEGATION_REQUEST_SCHEMA, alias="schema"
     )
@@ -82,17 +76,8 @@ class HostDelegationRequest(_Strict):
     def digest(self) -> str | None:
         return self.source_digest.lower() if self.source_digest else None
 
-    def wire(self) -> dict[str, Any]:
-        return self.model_dump(mode="json", by_alias=True, exclude_none=True)
 
-
-class DelegationError(_Strict):
-    code: Annotated[str, StringConstraints(min_length=1, max_length=128)]
-    message: Annotated[str, StringConstraints(max_length=4096)]
-    retryable: bool = False
-
-
-class HostDelegationResult(_Strict):
+class HostDelegationResult(Envelope):
     schema_: Literal["wp-codebox/host-delegation-result/v1"] = Field(
         default=DELEGATION_RESULT_SCHEMA, alias="schema"
     )
@@ -106,7 +91,7 @@ class HostDelegationResult(_Strict):
     # The provider's payload. A failure the gateway produced never carries one.
     result: dict[str, Any] | None = None
     artifacts: list[Any] = Field(default_factory=list, max_length=256)
-    error: DelegationError | None = None
+    error: ResultError | None = None
     metadata: dict[str, Any] = Field(default_factory=dict)
 
     @model_validator(mode="after")
@@ -117,16 +102,13 @@ class HostDelegationResult(_Strict):
             raise ValueError(f"an {self.status} result carries no error")
         return self
 
-    def wire(self) -> dict[str, Any]:
-        return self.model_dump(mode="json", by_alias=True, exclude_none=True)
-
 
 EventName = Literal[
     "received", "rejected", "dispatched", "adapter_event", "result", "result_rejected"
 ]
 
 
-class HostDelegationEvent(_Strict):
+class HostDelegationEvent(Envelope):
     schema_: Literal["wp-codebox/host-delegation-event/v1"] = Field(
         default=DELEGATION_EVENT_SCHEMA, alias="schema"
     )
@@ -137,9 +119,6 @@ class HostDelegationEvent(_Strict):
     adapter: Annotated[str, StringConstraints(max_length=128)] | None = None
     at: float = Field(default_factory=time.time)
     data: dict[str, Any] = Field(default_factory=dict)
-
-    def wire(self) -> dict[str, Any]:
-        return self.model_dump(mode="json", by_alias=True, exclude_none=True)
 
 
 def delegation_failure(
@@ -158,5 +137,5 @@ def delegation_failure(
         sandbox_session_id=request.sandbox_session_id if request else None,
         session_id=request.session_id if request else None,
         source_digest=request.digest if request else None,
-        error=DelegationError(code=code, message=message[:4096], retryable=retryable),
+        error=ResultError.of(code, message, retryable=retryable),
     )

@@ -7,7 +7,8 @@
 - `ParentToolResult` (`wp-codebox/parent-tool-result/v1`): its one terminal answer.
 
 Models are strict (no coercion: `"1"` is not a version, `[]` is not an input object) and
-refuse unknown fields, so a mistyped or padded envelope is rejected, not guessed at.
+refuse unknown fields, so a mistyped or padded envelope is rejected, not guessed at. The
+host delegation envelopes share these bases, the request id and the error model.
 """
 
 from __future__ import annotations
@@ -41,23 +42,34 @@ ShortText = Annotated[str, StringConstraints(max_length=2048)]
 DispatchMode = Literal["host_endpoint", "host_command"]
 Status = Literal["succeeded", "denied", "unavailable", "timeout", "failed"]
 
+# The contract's dispatcher deadline: its default, and the most any caller may ask for.
+DEFAULT_TIMEOUT_MS = 30_000
 MAX_TIMEOUT_MS = 10 * 60 * 1000
 
 
-class _Strict(BaseModel):
+class Strict(BaseModel):
     model_config = ConfigDict(strict=True, extra="forbid", frozen=True)
+
+
+class Envelope(Strict):
+    """A top-level envelope: its `schema` id is the `schema_` field, read by either name."""
+
+    model_config = ConfigDict(populate_by_name=True)
+
+    def wire(self) -> dict[str, Any]:
+        return self.model_dump(mode="json", by_alias=True, exclude_none=True)
 
 
 # -- the bridge envelope ---------------------------------------------------------------
 
 
-class Endpoint(_Strict):
+class Endpoint(Strict):
     url_env: EnvName = ENDPOINT_ENV
     method: Literal["POST"] = "POST"
     token_env: EnvName = TOKEN_ENV
 
 
-class Command(_Strict):
+class Command(Strict):
     argv: list[Annotated[str, StringConstraints(min_length=1, max_length=4096)]] = Field(
         min_length=1, max_length=256
     )
@@ -65,14 +77,14 @@ class Command(_Strict):
     transport: Literal["stdio"] = "stdio"
 
 
-class Dispatcher(_Strict):
+class Dispatcher(Strict):
     owner: Annotated[str, StringConstraints(min_length=1, max_length=128)] = "wp-codebox"
     mode: DispatchMode
     endpoint: Endpoint | None = None
     command: Command | None = None
     request_schema: Literal["wp-codebox/parent-tool-request/v1"] = REQUEST_SCHEMA
     result_schema: Literal["wp-codebox/parent-tool-result/v1"] = RESULT_SCHEMA
-    timeout_ms: int = Field(default=30_000, gt=0, le=MAX_TIMEOUT_MS)
+    timeout_ms: int = Field(default=DEFAULT_TIMEOUT_MS, gt=0, le=MAX_TIMEOUT_MS)
 
     @model_validator(mode="after")
     def _transport_for_mode(self) -> Dispatcher:
@@ -83,7 +95,7 @@ class Dispatcher(_Strict):
         return self
 
 
-class SandboxEnv(_Strict):
+class SandboxEnv(Strict):
     mode: Literal["metadata-only"] = "metadata-only"
     variables: dict[str, EnvName] = Field(default_factory=lambda: dict(SANDBOX_VARIABLES))
     # Names of variables that carry secrets. The gateway's own envelopes leave it empty:
@@ -96,7 +108,7 @@ class SandboxEnv(_Strict):
     )
 
 
-class BridgeAuthorization(_Strict):
+class BridgeAuthorization(Strict):
     mode: Literal["allowlist"] = "allowlist"
     failure_status: Literal["denied"] = "denied"
     notes: ShortText = (
@@ -105,7 +117,7 @@ class BridgeAuthorization(_Strict):
     )
 
 
-class TranscriptRef(_Strict):
+class TranscriptRef(Strict):
     kind: Literal["tool-call-transcript"] = TRANSCRIPT_KIND
     # A logical, store-relative name; never a host-local path.
     path: Annotated[str, StringConstraints(min_length=1, max_length=512)]
@@ -113,7 +125,7 @@ class TranscriptRef(_Strict):
     sha256: str | None = None
 
 
-class Redaction(_Strict):
+class Redaction(Strict):
     transcript_artifact_refs: list[TranscriptRef] = Field(default_factory=list)
     notes: ShortText = (
         "Dispatchers persist redacted request/result transcripts as artifacts and return "
@@ -122,7 +134,7 @@ class Redaction(_Strict):
     )
 
 
-class ParentToolBridge(_Strict):
+class ParentToolBridge(Envelope):
     schema_: Literal["wp-codebox/parent-tool-bridge/v1"] = Field(
         default=BRIDGE_SCHEMA, alias="schema"
     )
@@ -134,22 +146,17 @@ class ParentToolBridge(_Strict):
     redaction: Redaction = Redaction()
     metadata: dict[str, Any] = Field(default_factory=dict)
 
-    model_config = ConfigDict(strict=True, extra="forbid", frozen=True, populate_by_name=True)
-
-    def wire(self) -> dict[str, Any]:
-        return self.model_dump(mode="json", by_alias=True, exclude_none=True)
-
 
 # -- the request envelope --------------------------------------------------------------
 
 
-class SandboxSession(_Strict):
+class SandboxSession(Strict):
     sandbox_session_id: Annotated[str, StringConstraints(max_length=256)] | None = None
     caller_session_id: Annotated[str, StringConstraints(max_length=256)] | None = None
     task_id: Annotated[str, StringConstraints(max_length=128)] | None = None
 
 
-class RequestAuthorization(_Strict):
+class RequestAuthorization(Strict):
     """What the sandbox believes it may do. Never authority: the host decides alone."""
 
     allowed_tools: list[ToolName] = Field(default_factory=list, max_length=1024)
@@ -157,7 +164,7 @@ class RequestAuthorization(_Strict):
     principal: dict[str, Any] = Field(default_factory=dict)
 
 
-class ParentToolRequest(_Strict):
+class ParentToolRequest(Envelope):
     schema_: Literal["wp-codebox/parent-tool-request/v1"] = Field(
         default=REQUEST_SCHEMA, alias="schema"
     )
@@ -170,30 +177,35 @@ class ParentToolRequest(_Strict):
     authorization: RequestAuthorization = RequestAuthorization()
     metadata: dict[str, Any] = Field(default_factory=dict)
 
-    model_config = ConfigDict(strict=True, extra="forbid", frozen=True, populate_by_name=True)
-
-    def wire(self) -> dict[str, Any]:
-        return self.model_dump(mode="json", by_alias=True, exclude_none=True)
-
 
 # -- the result envelope ---------------------------------------------------------------
 
 
-class ResultError(_Strict):
+MAX_MESSAGE = 4096
+
+
+# Why a call did not succeed; the parent tool and host delegation results share it. (A
+# comment, not a docstring: pydantic would publish a docstring in the model's schema.)
+class ResultError(Strict):
     code: Annotated[str, StringConstraints(min_length=1, max_length=128)]
-    message: Annotated[str, StringConstraints(max_length=4096)]
+    message: Annotated[str, StringConstraints(max_length=MAX_MESSAGE)]
     retryable: bool = False
 
+    @classmethod
+    def of(cls, code: str, message: str, *, retryable: bool = False) -> ResultError:
+        """The error with its message cut to what the contract carries."""
+        return cls(code=code, message=message[:MAX_MESSAGE], retryable=retryable)
 
-class ResultArtifacts(BaseModel):
+
+class ResultArtifacts(Strict):
     # Other dispatchers may describe their evidence with fields of their own.
-    model_config = ConfigDict(strict=True, extra="allow", frozen=True)
+    model_config = ConfigDict(extra="allow")
 
     transcripts: list[TranscriptRef] = Field(default_factory=list)
     evidence: list[dict[str, Any]] = Field(default_factory=list)
 
 
-class ParentToolResult(_Strict):
+class ParentToolResult(Envelope):
     schema_: Literal["wp-codebox/parent-tool-result/v1"] = Field(
         default=RESULT_SCHEMA, alias="schema"
     )
@@ -209,8 +221,6 @@ class ParentToolResult(_Strict):
     diagnostics: dict[str, Any] = Field(default_factory=dict)
     metadata: dict[str, Any] = Field(default_factory=dict)
 
-    model_config = ConfigDict(strict=True, extra="forbid", frozen=True, populate_by_name=True)
-
     @model_validator(mode="after")
     def _error_iff_failure(self) -> ParentToolResult:
         if self.status == "succeeded" and self.error is not None:
@@ -222,9 +232,6 @@ class ParentToolResult(_Strict):
     @property
     def ok(self) -> bool:
         return self.status == "succeeded"
-
-    def wire(self) -> dict[str, Any]:
-        return self.model_dump(mode="json", by_alias=True, exclude_none=True)
 
 
 def failure(
@@ -244,6 +251,6 @@ def failure(
         tool=tool[:128],
         operation=operation[:64],
         status=ToolStatus(status).value,
-        error=ResultError(code=code, message=message[:4096], retryable=retryable),
+        error=ResultError.of(code, message, retryable=retryable),
         diagnostics=diagnostics or {},
     )

@@ -12,7 +12,7 @@ from gateway.bridge.delegation import DelegationService
 from gateway.bridge.host import ParentToolHost
 from gateway.bridge.metrics import BridgeMetrics
 from gateway.bridge.offer import task_extra
-from gateway.http.edge import Access
+from gateway.http.edge import gateway_access
 from gateway.runtime import Gateway
 
 
@@ -36,5 +36,5 @@ def install(gw: Gateway) -> list[BaseRoute]:
         metrics=metrics,
     )
     delegations = DelegationService(calls=gw.calls, events=gw.events, hosts=hosts, metrics=metrics)
-    access = Access(lambda: gw.settings.control_key, gw.tasks)
+    access = gateway_access(gw)
     return routes.routes(access, gw.settings.max_body_bytes, host, delegations)

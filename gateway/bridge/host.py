@@ -183,9 +183,9 @@ class ParentToolHost:
     ) -> ParentToolResult:
         error = None
         if outcome.error is not None:
-            error = ResultError(
-                code=outcome.error.code[:128],
-                message=self.redactor.text(outcome.error.message)[:4096],
+            error = ResultError.of(
+                outcome.error.code[:128],
+                self.redactor.text(outcome.error.message),
                 retryable=outcome.error.retryable,
             )
         diagnostics: dict[str, Any] = {

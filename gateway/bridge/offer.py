@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from gateway.bridge.envelopes import (
+    DEFAULT_TIMEOUT_MS,
     Command,
     Dispatcher,
     Endpoint,
@@ -38,7 +39,6 @@ from gateway.bridge.schemas import (
 from gateway.core.identity import TaskIdentity
 from gateway.core.registry import Registry
 
-DEFAULT_TIMEOUT_MS = 30_000
 # Room for the transport and the transcript on top of the slowest tool's own deadline.
 TIMEOUT_MARGIN_MS = 5_000
 

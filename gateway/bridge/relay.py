@@ -20,11 +20,14 @@ from collections.abc import Mapping
 from typing import BinaryIO, TextIO
 
 from gateway.bridge.dispatch import MAX_RESULT_BYTES, EndpointDispatch, unavailable
-from gateway.bridge.envelopes import ParentToolRequest, ParentToolResult, failure
+from gateway.bridge.envelopes import (
+    DEFAULT_TIMEOUT_MS,
+    ParentToolRequest,
+    ParentToolResult,
+    failure,
+)
 from gateway.bridge.schemas import ENDPOINT_ENV, REQUEST_SCHEMA, TOKEN_ENV
 from gateway.bridge.validation import EnvelopeInvalid, load_json, parse_envelope
-
-DEFAULT_TIMEOUT_MS = 30_000
 
 
 async def relay(

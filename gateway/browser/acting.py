@@ -13,7 +13,6 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Awaitable, Callable
 from contextvars import ContextVar
-from dataclasses import dataclass
 from typing import Any
 
 from playwright.async_api import Error as PlaywrightError
@@ -22,7 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from gateway.core.errors import ToolFailure
 from gateway.core.registry import Handler, ToolContext
-from gateway.settings import Settings
+from gateway.parts import BrowserToolsConfig
 
 from .errors import first_line
 from .outline import outline
@@ -40,24 +39,13 @@ NAVIGATE_SNAPSHOT_TIMEOUT_MS = 10_000
 SETTLE_NAVIGATION_S = 10.0
 
 
-@dataclass(frozen=True)
-class Limits:
-    """This gateway's bounds on what crosses between a task's files and its pages."""
-
-    upload_max_bytes: int = 16 * 1024 * 1024
-    download_max_bytes: int = 32 * 1024 * 1024
-
-    @classmethod
-    def of(cls, settings: Settings) -> Limits:
-        return cls(settings.browser_upload_max_bytes, settings.browser_download_max_bytes)
+DEFAULT_LIMITS = BrowserToolsConfig()
+# The calling gateway's bounds on what crosses between a task's files and its pages, set
+# around each browser tool's handler (`with_limits`).
+LIMITS: ContextVar[BrowserToolsConfig] = ContextVar("browser_limits", default=DEFAULT_LIMITS)
 
 
-DEFAULT_LIMITS = Limits()
-# The calling gateway's limits, set around each browser tool's handler (`with_limits`).
-LIMITS: ContextVar[Limits] = ContextVar("browser_limits", default=DEFAULT_LIMITS)
-
-
-def with_limits(limits: Limits, handler: Handler) -> Handler:
+def with_limits(limits: BrowserToolsConfig, handler: Handler) -> Handler:
     async def bound(ctx: ToolContext, args: Any) -> Any:
         token = LIMITS.set(limits)
         try:

@@ -7,7 +7,7 @@ from starlette.routing import BaseRoute
 from gateway.core.identity import TaskIdentity
 from gateway.core.storage_state import StorageStates
 from gateway.core.store.artifacts import ArtifactRef
-from gateway.parts import browser_pool_config, browser_processes_config
+from gateway.parts import browser_pool_config, browser_processes_config, browser_tools_config
 from gateway.runtime import Gateway
 
 from . import tools
@@ -50,11 +50,11 @@ def install(gw: Gateway) -> list[BaseRoute]:
         shed=gw.metrics.calls_shed.labels(resource="browser"),
         app_link=lambda: gw.services.find(AppLink),  # type: ignore[type-abstract]
         storage_state=states.get,
+        placement=gw.placement,
     )
     gw.services.provide(BrowserPool, pool)
-    tools.register(gw.registry, gw.settings)
+    tools.register(gw.registry, browser_tools_config(gw.settings))
     gw.tasks.on_end(pool.end_task)
-    pool.placement = gw.placement
     if gw.placement is not None:
         # The task's context lives on its owner; a node that lost the task closes its own.
         gw.placement.on_release(lambda task_id: pool.end_task(task_id, "moved"))

@@ -6,7 +6,8 @@ idle for `browser_idle_s`. Live contexts are bounded by `max_contexts`: past the
 call is `unavailable`/`browser_unavailable` and retryable at once, it never waits. When a
 Chromium process dies, its tasks' next call says so (`browser_unavailable`, retryable) and
 the call after gets a fresh context on the relaunched process; other processes' tasks go on.
-Each process has its own admission of actions (`admission.py`), kept across relaunches.
+Each process has its own lanes of admission (`lanes.py`), kept across relaunches; the warm
+stock of never-used contexts is `warm.py`'s.
 """
 
 from __future__ import annotations
@@ -17,7 +18,6 @@ import logging
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
-from functools import partial
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
@@ -29,11 +29,14 @@ from gateway.core.results import ErrorCode, ToolStatus
 from gateway.core.storage_state import StorageState
 from gateway.parts import BrowserPoolConfig
 
-from .admission import Admission, PageAdmission
+from .admission import PageAdmission
 from .app_link import AppLink
 from .errors import browser_unavailable
+from .lanes import ProcessLanes
 from .processes import BrowserProcess, BrowserProcesses
 from .session import BrowserSession, EvidenceSink
+from .session_state import SessionOptions
+from .warm import WarmStock
 
 log = logging.getLogger(__name__)
 
@@ -45,17 +48,6 @@ OPEN_TIMEOUT_S = 45.0
 # raw Playwright on 2 cores, 32 tasks at once: p50 25.7 s ungated, 12.0 s four at a time.
 STARTS_PER_PROCESS = 4
 START_HOLD_MAX_S = 30.0
-# The warm stock is refilled a moment after a hand-off, not during it: opening a context
-# right away would take CPU from the task that just started.
-WARM_REFILL_DELAY_S = 1.0
-# ...and then one context at a time, each once no task's browser has been busy for a
-# moment. Measured with 8 tasks doing navigate + snapshot + click on 2 cores: refilling 8
-# contexts during their calls tripled the renderers' CPU time and doubled the calls' p50.
-# Under load that never pauses, a context is still opened every few seconds, so the stock
-# does not stay empty for good.
-WARM_REFILL_QUIET_S = 0.25
-WARM_REFILL_MAX_WAIT_S = 5.0
-_QUIET_POLL_S = 0.05
 ENDED_MEMORY_S = 6 * 3600.0
 
 
@@ -71,25 +63,33 @@ class BrowserPool:
         shed: Counter | None = None,
         app_link: Callable[[], AppLink | None] = lambda: None,
         storage_state: Callable[[str], StorageState | None] = lambda _task_id: None,
+        placement: Placement | None = None,
     ) -> None:
         """`shed`: the counter of calls turned away as overloaded (for this resource);
         `app_link`: how tasks reach apps the gateway provisioned, looked up when a task's
-        context is opened; `storage_state`: a signed-in task's cookies and local storage."""
+        context is opened; `storage_state`: a signed-in task's cookies and local storage;
+        `placement`, on a node of a cluster: where the task's browser was before this node
+        took it."""
         self.config = config
         self._storage_state = storage_state
         self._app_link = app_link
         self.processes = processes
         self.sink = sink
         self.max_contexts = config.max_contexts
-        self.warm_target = min(config.warm_contexts, config.max_contexts)
         self._owns = owns_processes
         self._sessions: dict[str, BrowserSession] = {}
         self._opening: dict[str, asyncio.Task[BrowserSession]] = {}
-        self._warm: list[BrowserSession] = []
-        self._warming: asyncio.Task[None] | None = None
+        self.warm = WarmStock(
+            min(config.warm_contexts, config.max_contexts),
+            self._open_fresh,
+            room=lambda: (
+                len(self._sessions) + len(self._opening) + len(self.warm) < self.max_contexts
+            ),
+            quiet_for=self.quiet_for,
+            close_later=self._close_later,
+        )
         self._ended: dict[str, float] = {}
-        # On a node of a cluster: where the task's browser was before this node took it.
-        self.placement: Placement | None = None
+        self.placement = placement
         self._closers: set[asyncio.Task[None]] = set()
         self._reaper: asyncio.Task[None] | None = None
         self._unsubscribe: Any = None
@@ -98,18 +98,8 @@ class BrowserPool:
         # of task starts and an admission of its own.
         self._starting = asyncio.Semaphore(STARTS_PER_PROCESS * processes.count)
         self.refused = 0
-        # By slot index: a relaunched Chromium (a reconnected server) takes its place, queue
-        # and average.
-        self.admissions = [
-            lane(config.actions_per_process, config, shed) for _ in range(processes.count)
-        ]
-        # Snapshots only read a page: they take a slot of a lane of their own, so a task's
-        # snapshot never queues behind another task's navigate.
-        self.read_admissions = (
-            [lane(config.reads_per_process, config, shed) for _ in self.admissions]
-            if config.reads_per_process
-            else self.admissions
-        )
+        lanes = ProcessLanes(config, processes.count, shed)
+        self.admissions, self.read_admissions = lanes.actions, lanes.reads
         self._denials: Counter | None = None
         if metrics is not None:
             gauge = Gauge(
@@ -121,27 +111,13 @@ class BrowserPool:
                 "Never-used browser contexts ready for the next task",
                 registry=metrics,
             )
-            warm.set_function(lambda: float(len(self._warm)))
+            warm.set_function(lambda: float(len(self.warm)))
             self._denials = Counter(
                 "gateway_browser_busy",
                 "Browser calls refused because every context was in use",
                 registry=metrics,
             )
-            for name, about, lanes in (
-                (
-                    "gateway_browser_queue",
-                    "Browser calls waiting for an action slot",
-                    self.admissions,
-                ),
-                (
-                    "gateway_browser_read_queue",
-                    "Snapshots waiting for a read slot",
-                    self.read_admissions,
-                ),
-            ):
-                queue = Gauge(name, f"{about}, per Chromium process", ["process"], registry=metrics)
-                for index, admission in enumerate(lanes):
-                    queue.labels(str(index)).set_function(partial(_queued, admission))
+            lanes.measure(metrics)
 
     # -- life -----------------------------------------------------------------------------
 
@@ -155,19 +131,17 @@ class BrowserPool:
                 log.error("no task browser for now: %s", exc.message)
         self._unsubscribe = self.processes.on_death(self._process_died)
         self._reaper = asyncio.ensure_future(self._reap_forever())
-        self._refill()
+        self.warm.refill()
 
     async def close(self) -> None:
         self._closing = True
         if self._reaper is not None:
             self._reaper.cancel()
-        if self._warming is not None:
-            self._warming.cancel()
+        warm = self.warm.close()
         for task in self._opening.values():
             task.cancel()
-        sessions = [*self._sessions.values(), *self._warm]
+        sessions = [*self._sessions.values(), *warm]
         self._sessions.clear()
-        self._warm.clear()
         await asyncio.gather(*(s.close("the gateway is stopping") for s in sessions))
         if self._closers:
             await asyncio.gather(*self._closers, return_exceptions=True)
@@ -187,7 +161,11 @@ class BrowserPool:
         return {*self._sessions, *self._opening}
 
     def warm_count(self) -> int:
-        return len(self._warm)
+        return len(self.warm)
+
+    async def stocked(self) -> int:
+        """Wait for the warm stock's refill in progress; returns how many contexts it holds."""
+        return await self.warm.stocked()
 
     def session(self, task_id: str) -> BrowserSession | None:
         return self._sessions.get(task_id)
@@ -251,7 +229,7 @@ class BrowserPool:
             # A warm context holds no task's state and records no video: a signed-in task
             # or one that asked for a video gets a context of its own.
             own = state is not None or identity.record_video
-            session = None if own else self._take_warm()
+            session = None if own else self.warm.take()
             if session is None:
                 session = await self._open_fresh(state, record_video=identity.record_video)
         except BaseException:
@@ -273,18 +251,10 @@ class BrowserPool:
             await session.close("the task ended")
             raise ToolFailure(ToolStatus.DENIED, ErrorCode.REVOKED, "the task has ended")
         self._sessions[identity.task_id] = session
-        self._refill(delay=WARM_REFILL_DELAY_S)
+        self.warm.handed_off()
         if self.placement is not None:
             await self.placement.browser_opened(identity.task_id)
         return session
-
-    def _take_warm(self) -> BrowserSession | None:
-        while self._warm:
-            session = self._warm.pop(0)
-            if session.lost is None and session.process.alive:
-                return session
-            self._close_later(session, "its browser process ended")
-        return None
 
     async def _open_fresh(
         self, state: StorageState | None = None, *, record_video: bool = False
@@ -304,11 +274,13 @@ class BrowserPool:
                 BrowserSession.open(
                     process,
                     self.sink,
-                    snapshot_max_chars=self.config.snapshot_max_chars,
-                    trace=self.config.trace,
-                    keep_screenshots=self.config.screenshots,
-                    admission=PageAdmission(self.admissions[process.index]),
-                    reads=PageAdmission(self.read_admissions[process.index]),
+                    SessionOptions(
+                        snapshot_max_chars=self.config.snapshot_max_chars,
+                        trace=self.config.trace,
+                        keep_screenshots=self.config.screenshots,
+                        admission=PageAdmission(self.admissions[process.index]),
+                        reads=PageAdmission(self.read_admissions[process.index]),
+                    ),
                     storage_state=state,
                     record_video=record_video,
                 ),
@@ -347,40 +319,7 @@ class BrowserPool:
         self._closers.add(task)
         task.add_done_callback(self._closers.discard)
 
-    # -- warm stock -------------------------------------------------------------------------
-
-    async def stocked(self) -> int:
-        """Wait for the warm stock's refill in progress; returns how many contexts it holds."""
-        if self._warming is not None:
-            with contextlib.suppress(Exception):
-                await asyncio.shield(self._warming)
-        return len(self._warm)
-
-    def _refill(self, delay: float = 0.0) -> None:
-        if self.warm_target == 0 or self._closing:
-            return
-        if self._warming is None or self._warming.done():
-            self._warming = asyncio.ensure_future(self._fill_warm(delay))
-
-    async def _fill_warm(self, delay: float) -> None:
-        if delay:
-            await asyncio.sleep(delay)
-        while self._stock_wanted():
-            await self._until_quiet()
-            if not self._stock_wanted():
-                return
-            try:
-                self._warm.append(await self._open_fresh())
-            except Exception as exc:
-                log.warning("the warm browser stock could not be refilled: %r", exc)
-                return
-
-    def _stock_wanted(self) -> bool:
-        return (
-            not self._closing
-            and len(self._warm) < self.warm_target
-            and len(self._sessions) + len(self._opening) + len(self._warm) < self.max_contexts
-        )
+    # -- how busy the browsers are --------------------------------------------------------
 
     def quiet_for(self) -> float:
         """Seconds since a task's browser last ran a call (0 while one runs or opens)."""
@@ -393,23 +332,13 @@ class BrowserPool:
             last = session.last_used if last is None else max(last, session.last_used)
         return float("inf") if last is None else time.monotonic() - last
 
-    async def _until_quiet(self) -> None:
-        give_up = time.monotonic() + WARM_REFILL_MAX_WAIT_S
-        while time.monotonic() < give_up:
-            if self.quiet_for() >= WARM_REFILL_QUIET_S:
-                return
-            await asyncio.sleep(_QUIET_POLL_S)
-
     # -- faults and reaping -----------------------------------------------------------------
 
     def _process_died(self, process: BrowserProcess) -> None:
         for session in self._sessions.values():
             if session.process is process:
                 session.lose("the browser process ended")
-        for session in [s for s in self._warm if s.process is process]:
-            self._warm.remove(session)
-            self._close_later(session, "its browser process ended")
-        self._refill()
+        self.warm.process_died(process)
 
     async def _reap_forever(self) -> None:
         period = max(0.05, min(5.0, self.config.idle_s / 4))
@@ -432,17 +361,3 @@ class BrowserPool:
         for task_id, at in list(self._ended.items()):
             if now - at > ENDED_MEMORY_S:
                 del self._ended[task_id]
-
-
-def lane(slots: int, config: BrowserPoolConfig, shed: Counter | None) -> Admission:
-    """The admission of one of a process's lanes: `slots` at once, the queue bounded as
-    the config says, each call turned away counted."""
-    return Admission(
-        slots,
-        max_waiting=(None if config.waiting_per_slot is None else slots * config.waiting_per_slot),
-        on_shed=shed.inc if shed is not None else None,
-    )
-
-
-def _queued(admission: Admission) -> float:
-    return float(admission.queued)

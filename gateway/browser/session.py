@@ -45,7 +45,6 @@ from gateway.core.storage_state import StorageState
 from gateway.core.store.artifacts import ArtifactRef
 
 from . import calls, dialogs, downloads, page_guard, page_log, popups, reading
-from .admission import ActionSlots
 from .app_link import AppLink
 from .calls import SNAPSHOT_TIMEOUT_MS
 from .dialog_state import PendingDialog
@@ -54,7 +53,7 @@ from .evidence import CLOSE_TIMEOUT_S, EvidenceSink, save_trace
 from .guard_proxy import BlockedRequest, OriginProxy
 from .policy import BLANK, page_url_allowed
 from .processes import BrowserProcess
-from .session_state import SessionState
+from .session_state import SessionOptions, SessionState
 from .snapshot import Snapshot
 from .video import VideoRecording
 
@@ -76,12 +75,8 @@ class BrowserSession(SessionState):
         cls,
         process: BrowserProcess,
         sink: EvidenceSink,
+        options: SessionOptions,
         *,
-        snapshot_max_chars: int,
-        trace: bool,
-        keep_screenshots: bool = False,
-        admission: ActionSlots | None = None,
-        reads: ActionSlots | None = None,
         storage_state: StorageState | None = None,
         record_video: bool = False,
     ) -> BrowserSession:
@@ -121,11 +116,7 @@ class BrowserSession(SessionState):
             page,
             proxy,
             sink,
-            snapshot_max_chars=snapshot_max_chars,
-            trace=trace,
-            keep_screenshots=keep_screenshots,
-            admission=admission,
-            reads=reads,
+            options,
             video=video,
         )
         if storage_state is not None:

@@ -14,6 +14,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any
 
 from playwright.async_api import BrowserContext, Page
@@ -21,6 +22,7 @@ from playwright.async_api import Error as PlaywrightError
 
 from gateway.core.errors import ToolFailure
 from gateway.core.identity import TaskIdentity
+from gateway.parts import BrowserToolsConfig
 
 from .admission import ActionSlots, Admission
 from .app_link import AppLink
@@ -40,7 +42,18 @@ from .windows import Windows
 
 log = logging.getLogger(__name__)
 
-DEFAULT_DOWNLOAD_MAX_BYTES = 32 * 1024 * 1024
+
+@dataclass(frozen=True)
+class SessionOptions:
+    """What the pool gives every session it opens: the bounds of its snapshots, whether it
+    keeps a trace and screenshots, and its process's action and read slots (one of each of
+    its own when none is given)."""
+
+    snapshot_max_chars: int
+    trace: bool
+    keep_screenshots: bool = False
+    admission: ActionSlots | None = None
+    reads: ActionSlots | None = None
 
 
 class SessionState:
@@ -54,31 +67,27 @@ class SessionState:
         page: Page,
         proxy: OriginProxy,
         sink: EvidenceSink,
+        options: SessionOptions,
         *,
-        snapshot_max_chars: int,
-        trace: bool,
-        keep_screenshots: bool = False,
-        admission: ActionSlots | None = None,
-        reads: ActionSlots | None = None,
         video: VideoRecording | None = None,
     ) -> None:
         self.process = process
         # The pages' video, for a task that asked for one (`video.py`).
         self.video = video
         # The action slots of its process, shared with the process's other contexts.
-        self.admission: ActionSlots = admission if admission is not None else Admission(1)
+        self.admission: ActionSlots = options.admission or Admission(1)
         # The read slots of its process: a snapshot waits only for other snapshots.
-        self.reads: ActionSlots = reads if reads is not None else Admission(1)
+        self.reads: ActionSlots = options.reads or Admission(1)
         self.context = context
         self.page = page
         self.proxy = proxy
         self.sink = sink
         self.identity: TaskIdentity | None = None
         self.app_link: AppLink | None = None
-        self.snapshot_max_chars = snapshot_max_chars
-        self.trace = trace
+        self.snapshot_max_chars = options.snapshot_max_chars
+        self.trace = options.trace
         # Each acting call leaves a screenshot artifact (`browser_screenshots`).
-        self.keep_screenshots = keep_screenshots
+        self.keep_screenshots = options.keep_screenshots
         # Pages of the task by id (`p1` is the first); `page` is the current one.
         self.pages: dict[str, Page] = {"p1": page}
         self.page_id = "p1"
@@ -96,7 +105,8 @@ class SessionState:
         self.stuck = asyncio.Event()
         # A page of its own being opened (`replace_page`): not a popup.
         self.opening_own = False
-        self.download_max_bytes = DEFAULT_DOWNLOAD_MAX_BYTES
+        # The default bound until a tool call sets this gateway's (`acting.session_of`).
+        self.download_max_bytes = BrowserToolsConfig().download_max_bytes
         # Password-field values the page held, seen by snapshots: kept out of the trace.
         self.held_secrets: set[str] = set()
         # Secrets typed into fields that show them (secret: true on a plain text box): a

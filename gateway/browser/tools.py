@@ -15,130 +15,122 @@ from typing import Any
 from pydantic import BaseModel
 
 from gateway.core.registry import Handler, Registry, Tool, ToolAnnotations
-from gateway.settings import Settings
+from gateway.parts import BrowserToolsConfig
 
 from . import forms, looking, navigating, pages, pointer
-from .acting import Limits, with_limits
+from .acting import with_limits
 
 SCOPE = "browser"
 
 
-def tools(settings: Settings) -> list[Tool]:
+def tools(config: BrowserToolsConfig) -> list[Tool]:
     """The browser tools, bounded for this gateway's snapshot size."""
-    snapshot_bytes = max(64 * 1024, settings.browser_snapshot_max_chars * 4 + 4096)
+    snapshot_bytes = max(64 * 1024, config.snapshot_max_chars * 4 + 4096)
     read = ToolAnnotations(read_only_hint=True, untrusted_content_hint=True)
     act = ToolAnnotations(untrusted_content_hint=True)
     common: dict[str, Any] = {"scopes": frozenset({SCOPE}), "timeout_s": 60.0}
-    return [
-        Tool(
-            name="browser.navigate",
-            title="Open a page",
-            description="Open a URL of the task's sandbox app in the task's own browser; the "
-            "answer carries the loaded page's snapshot with element refs, as "
-            "browser.snapshot's does (unless snapshot is false).",
-            input_model=navigating.NavigateInput,
-            handler=navigating.navigate,
-            annotations=act,
-            max_output_bytes=snapshot_bytes + 4096,
-            **common,
-        ),
-        Tool(
-            name="browser.snapshot",
-            title="Read the page",
-            description="An accessibility snapshot of the current page with element refs, "
-            "bounded (a cut one says how to narrow it); narrow it to an element (ref), an "
-            "ARIA role and name, or a depth.",
-            input_model=looking.SnapshotInput,
-            handler=looking.snapshot,
-            annotations=read,
-            max_output_bytes=snapshot_bytes,
-            **common,
-        ),
-        Tool(
-            name="browser.click",
-            title="Click an element",
-            description="Click the element a ref names. The answer says what changed on "
-            "the page; after a navigation, the new page's title and outline (browser.snapshot "
-            "or snapshot true for the whole page).",
-            input_model=pointer.ClickInput,
-            handler=pointer.click,
-            annotations=act,
-            side_effects=True,
-            max_output_bytes=snapshot_bytes + 4096,
-            **common,
-        ),
-        Tool(
-            name="browser.fill",
-            title="Fill a field",
-            description="Replace the value of the text field a ref names; the answer says "
-            "what changed on the page.",
-            input_model=forms.FillInput,
-            handler=forms.fill,
-            annotations=act,
-            side_effects=True,
-            max_output_bytes=snapshot_bytes + 4096,
-            **common,
-        ),
-        Tool(
-            name="browser.press",
-            title="Press a key",
-            description="Press a key, on the element a ref names or on the focused one.",
-            input_model=pointer.PressInput,
-            handler=pointer.press,
-            annotations=act,
-            side_effects=True,
-            max_output_bytes=snapshot_bytes + 4096,
-            **common,
-        ),
-        Tool(
-            name="browser.wait_for",
-            title="Wait for text or an element",
-            description="Wait until a text, or the element a ref names, is visible.",
-            input_model=looking.WaitForInput,
-            handler=looking.wait_for,
-            annotations=read,
-            max_output_bytes=16 * 1024,
-            long_running=True,
-            **common,
-        ),
-        Tool(
-            name="browser.screenshot",
-            title="Take a screenshot",
-            description="A PNG of the visible page, kept as an artifact of the task.",
-            input_model=looking.ScreenshotInput,
-            handler=looking.screenshot,
-            annotations=ToolAnnotations(read_only_hint=True),
-            max_output_bytes=16 * 1024,
-            **common,
-        ),
-        *_more_tools(settings, act, read, common, snapshot_bytes),
-    ]
 
-
-def _more_tools(
-    settings: Settings,
-    act: ToolAnnotations,
-    read: ToolAnnotations,
-    common: dict[str, Any],
-    snapshot_bytes: int,
-) -> list[Tool]:
-    def acting(
-        name: str, title: str, description: str, model: type[BaseModel], handler: Handler
+    def tool(
+        name: str,
+        title: str,
+        description: str,
+        model: type[BaseModel],
+        handler: Handler,
+        **fields: Any,
     ) -> Tool:
+        """A browser tool: every one has the scope and the deadline in `common`."""
         return Tool(
             name=name,
             title=title,
             description=description,
             input_model=model,
             handler=handler,
+            **fields,
+            **common,
+        )
+
+    def acting(
+        name: str, title: str, description: str, model: type[BaseModel], handler: Handler
+    ) -> Tool:
+        """A tool that acts on the page and answers with what changed, or a snapshot."""
+        return tool(
+            name,
+            title,
+            description,
+            model,
+            handler,
             annotations=act,
             side_effects=True,
             max_output_bytes=snapshot_bytes + 4096,
-            **common,
         )
 
     changed = " The answer says what changed on the page."
     return [
+        tool(
+            "browser.navigate",
+            "Open a page",
+            "Open a URL of the task's sandbox app in the task's own browser; the "
+            "answer carries the loaded page's snapshot with element refs, as "
+            "browser.snapshot's does (unless snapshot is false).",
+            navigating.NavigateInput,
+            navigating.navigate,
+            annotations=act,
+            max_output_bytes=snapshot_bytes + 4096,
+        ),
+        tool(
+            "browser.snapshot",
+            "Read the page",
+            "An accessibility snapshot of the current page with element refs, "
+            "bounded (a cut one says how to narrow it); narrow it to an element (ref), an "
+            "ARIA role and name, or a depth.",
+            looking.SnapshotInput,
+            looking.snapshot,
+            annotations=read,
+            max_output_bytes=snapshot_bytes,
+        ),
+        acting(
+            "browser.click",
+            "Click an element",
+            "Click the element a ref names. The answer says what changed on "
+            "the page; after a navigation, the new page's title and outline (browser.snapshot "
+            "or snapshot true for the whole page).",
+            pointer.ClickInput,
+            pointer.click,
+        ),
+        acting(
+            "browser.fill",
+            "Fill a field",
+            "Replace the value of the text field a ref names; the answer says "
+            "what changed on the page.",
+            forms.FillInput,
+            forms.fill,
+        ),
+        acting(
+            "browser.press",
+            "Press a key",
+            "Press a key, on the element a ref names or on the focused one.",
+            pointer.PressInput,
+            pointer.press,
+        ),
+        tool(
+            "browser.wait_for",
+            "Wait for text or an element",
+            "Wait until a text, or the element a ref names, is visible.",
+            looking.WaitForInput,
+            looking.wait_for,
+            annotations=read,
+            max_output_bytes=16 * 1024,
+            long_running=True,
+        ),
+        tool(
+            "browser.screenshot",
+            "Take a screenshot",
+            "A PNG of the visible page, kept as an artifact of the task.",
+            looking.ScreenshotInput,
+            looking.screenshot,
+            annotations=ToolAnnotations(read_only_hint=True),
+            max_output_bytes=16 * 1024,
+        ),
         acting(
             "browser.select_option",
             "Choose in a select",
@@ -217,38 +209,35 @@ def _more_tools(
             pages.PagesInput,
             pages.pages,
         ),
-        Tool(
-            name="browser.console",
-            title="Read the console",
-            description="The pages' console messages and uncaught errors, numbered; "
+        tool(
+            "browser.console",
+            "Read the console",
+            "The pages' console messages and uncaught errors, numbered; "
             "`since` a number an earlier answer gave as `last`. Bounded and redacted.",
-            input_model=pages.SignalsInput,
-            handler=pages.console,
+            pages.SignalsInput,
+            pages.console,
             annotations=read,
             max_output_bytes=256 * 1024,
-            **common,
         ),
-        Tool(
-            name="browser.network",
-            title="Read the network",
-            description="The responses the pages received from the task's origins "
+        tool(
+            "browser.network",
+            "Read the network",
+            "The responses the pages received from the task's origins "
             "(method, URL without query values, status, type), numbered; `since` a number "
             "an earlier answer gave as `last`.",
-            input_model=pages.SignalsInput,
-            handler=pages.network,
+            pages.SignalsInput,
+            pages.network,
             annotations=read,
             max_output_bytes=256 * 1024,
-            **common,
         ),
     ]
 
 
-def bounded_tools(settings: Settings) -> list[Tool]:
+def bounded_tools(config: BrowserToolsConfig) -> list[Tool]:
     """The tools, each run with this gateway's upload and download bounds."""
-    limits = Limits.of(settings)
-    return [replace(tool, handler=with_limits(limits, tool.handler)) for tool in tools(settings)]
+    return [replace(tool, handler=with_limits(config, tool.handler)) for tool in tools(config)]
 
 
-def register(registry: Registry, settings: Settings) -> None:
-    for tool in bounded_tools(settings):
+def register(registry: Registry, config: BrowserToolsConfig) -> None:
+    for tool in bounded_tools(config):
         registry.add(tool)

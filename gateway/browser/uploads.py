@@ -27,7 +27,7 @@ from gateway.core.store.artifacts import ArtifactRef
 from gateway.workspace.paths import Workspace, split_path
 from gateway.workspace.tools import Workspaces
 
-# What the store names an artifact (`gateway.core.store.database.new_id("art")`).
+# What the store names an artifact (`gateway.core.ids.new_id("art")`).
 ARTIFACT_ID_PATTERN = r"^art_[0-9a-f]{20}$"
 
 

@@ -22,11 +22,10 @@ from playwright.async_api import Page, Video
 
 from gateway.core.errors import GatewayError
 from gateway.core.identity import TaskIdentity
-from gateway.core.store.artifacts import ArtifactRef
+from gateway.core.store.artifacts import VIDEO_MEDIA_TYPE, ArtifactRef
 
 from .errors import first_line
 
-MEDIA_TYPE = "video/webm"
 NAME = "video.webm"
 SAVE_TIMEOUT_S = 30.0
 
@@ -59,7 +58,7 @@ class VideoRecording:
                 refused.append(f"the video could not be read: {_why(exc)}")
                 continue
             try:
-                ref = await put_artifact(identity, data, NAME, MEDIA_TYPE)
+                ref = await put_artifact(identity, data, NAME, VIDEO_MEDIA_TYPE)
             except GatewayError as exc:  # the task's artifact quota, or the store
                 refused.append(f"the video was not kept: {exc.message}")
                 continue

@@ -1,16 +1,18 @@
 """Fencing on a node of a cluster (`ports.Fencing`): a side effect runs only while this node
 owns its task, under the owner epoch its evidence then commits under, and the handlers
-running for a task are cancelled when the node loses it."""
+running for a task are cancelled when the node loses it.
+
+Built before the pipeline it fences, and so before the node: the node hears of a fence that
+found another owner through `on_lost`, which it subscribes to when it is built."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 from gateway.core.errors import ToolFailure
 from gateway.core.identity import TaskIdentity
-from gateway.core.ports import Fenced
+from gateway.core.ports import Fenced, ReleaseListener
 from gateway.core.results import ErrorCode, ToolStatus
 
 from .ledger import Ledger
@@ -20,18 +22,12 @@ from .owners import Owners
 class NodeFencing:
     """The fences of one node's side effects, and the handlers it runs, by task."""
 
-    def __init__(
-        self,
-        node_id: str,
-        ledger: Ledger,
-        owners: Owners,
-        lose: Callable[[str], Awaitable[None]],
-    ) -> None:
+    def __init__(self, node_id: str, ledger: Ledger, owners: Owners) -> None:
         self.node_id = node_id
         self.ledger = ledger
         self.owners = owners
         # What the node does when a fence finds another owner: it lets go of the task.
-        self._lose = lose
+        self._lost: list[ReleaseListener] = []
         # Handlers running, by task: a node that loses a task cancels them.
         self._handlers: dict[str, set[asyncio.Future[Any]]] = {}
 
@@ -61,8 +57,13 @@ class NodeFencing:
         owner = await self.ledger.owner(task_id)
         if owner is not None and owner.revoked:
             raise ended()
-        await self._lose(task_id)
+        for lost in self._lost:
+            await lost(task_id)
         raise not_here()
+
+    def on_lost(self, listener: ReleaseListener) -> None:
+        """Call `listener(task_id)` when a fence finds that another node owns the task."""
+        self._lost.append(listener)
 
     def running(self, task_id: str, handler: asyncio.Future[Any]) -> None:
         running = self._handlers.setdefault(task_id, set())

@@ -1,7 +1,8 @@
 """One node of a cluster: it owns some tasks, routes the calls and errands of the others to
 their owners and serves those routed to it (`rpc.py`), beats, frees the tasks of dead
 nodes, and tells and hears of owner changes and task ends (`ends.py`). Its side effects are
-fenced to the tasks it owns (`fencing.py`); its doors' calls go through `routing.py`.
+fenced to the tasks it owns (`fencing.py`, built before the pipeline it is given); its
+doors' calls go through `routing.py` (`calls`).
 
 Besides the routed envelopes, two broadcasts cross the bus, sealed like every message
 (`envelope.py`), so a publisher on the bus without the keys can neither end a task nor
@@ -35,8 +36,8 @@ from .bus import Bus, BusError
 from .ends import Ends
 from .envelope import Envelopes, sealer
 from .fencing import NodeFencing, ended
-from .ledger import Ledger
 from .owners import Freed, Owner, Owners
+from .routing import Routing
 from .rpc import CALL, ERRAND, ErrandError, Job, Kind, Rpc, changing_nodes
 from .subjects import CALLS, ENDED, ERRANDS, OWNER
 
@@ -61,8 +62,7 @@ Route = Callable[[str], Awaitable[str | None]]
 class ClusterNode:
     def __init__(
         self,
-        node_id: str,
-        ledger: Ledger,
+        fencing: NodeFencing,
         connect_bus: Callable[[], Awaitable[Bus]],
         tasks: TaskService,
         pipeline: Pipeline,
@@ -70,18 +70,24 @@ class ClusterNode:
         *,
         beat_s: float = 1.0,
     ) -> None:
-        self.node_id = node_id
-        self.ledger = ledger
+        """`fencing`: what `pipeline` was built fenced with (its node id, ledger and owners
+        are this node's)."""
+        self.node_id = fencing.node_id
+        self.ledger = fencing.ledger
+        self.owners: Owners = fencing.owners
+        # What fences the pipeline's side effects to this node's tasks; a fence that finds
+        # another owner makes the node let go of the task.
+        self.fencing = fencing
+        fencing.on_lost(self._lose)
         self._connect_bus = connect_bus
         self.tasks = tasks
         self.pipeline = pipeline
+        # What the doors run calls with: each on its task's owner.
+        self.calls = Routing(pipeline, self)
         self.beat_s = beat_s
         self._keys = keys
         self._rpc: Rpc | None = None
-        self.owners = Owners(node_id)
-        self.ends = Ends(ledger, tasks, self.owners, self._broadcast)
-        # What fences the pipeline's side effects to this node's tasks (`gw.pipeline.fencing`).
-        self.fencing = NodeFencing(node_id, ledger, self.owners, self._lose)
+        self.ends = Ends(self.ledger, tasks, self.owners, self._broadcast)
         self._release: list[ReleaseListener] = []
         self._errands: dict[str, Errand] = {}
         self._loops: list[asyncio.Task[None]] = []

@@ -12,7 +12,7 @@ from __future__ import annotations
 from starlette.routing import BaseRoute
 
 from gateway.console.access import HostCheck, HostSignIn, Viewer, host_viewer
-from gateway.console.pages import BASE
+from gateway.console.links import BASE
 from gateway.console.routes import routes
 from gateway.core.approvals.channels import ApprovalPage
 from gateway.runtime import Gateway

@@ -14,9 +14,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from gateway.browser.video import MEDIA_TYPE as VIDEO_MEDIA_TYPE
 from gateway.console import pages
 from gateway.console.timeline import Entry
+from gateway.core.store.artifacts import VIDEO_MEDIA_TYPE
 
 # Screenshots and traces are compressed already: stored as they are, the archive is quick.
 _STORED = zipfile.ZIP_STORED

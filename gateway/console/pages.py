@@ -1,73 +1,28 @@
-"""The console's pages as HTML, rendered on the server.
+"""The console's pages as HTML, rendered on the server: the frame of every page, the
+sign-in page, the list of tasks, a task, one approval, and the timeline of an exported
+archive (with its own links and its style inlined).
 
-Every value that comes from a task (a tool's input, a page's title, an approval's summary)
-is escaped here and nowhere else: the page's script only inserts fragments this module
-rendered, so a hostile string is shown as text. The same renderer makes the timeline of an
-exported archive, with its own links (`Links`) and its style inlined.
+Every value that comes from a task is escaped by `gateway/console/markup.py`'s `e`; the
+fragments the pages are made of are in `entries_html.py` (the timeline) and `cards.py`
+(approvals, metrics).
 """
 
 from __future__ import annotations
 
-import json
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
-from datetime import UTC, datetime
-from html import escape
-from pathlib import Path
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 from urllib.parse import quote, urlencode
 
+from gateway.console.cards import approval_card, metrics_html
+from gateway.console.entries_html import entries_html
+from gateway.console.links import BASE, STATIC, Links, console_links, video_link
+from gateway.console.markup import as_json, e, when
 from gateway.console.timeline import Entry
 from gateway.core.results import Door
 
-STATIC = Path(__file__).resolve().parent / "static"
-BASE = "/console"
 STATUSES = ("active", "ended", "expired")
 DOORS = tuple(door.value for door in Door)
-# Who may answer a request, by its `by`: the control plane answers any of them.
-ASKED_OF = {
-    "actor": "the task's own user, or the control plane",
-    "control": "the control plane only",
-}
 NOTHING_ASKED = '<p class="empty" data-empty>Nothing asked yet.</p>'
-
-
-def e(value: Any) -> str:
-    return escape("" if value is None else str(value), quote=True)
-
-
-def when(at: float | None) -> str:
-    if at is None:
-        return ""
-    return datetime.fromtimestamp(at, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
-
-
-def as_json(value: Any) -> str:
-    return json.dumps(value, indent=2, ensure_ascii=False, sort_keys=True, default=str)
-
-
-def ms(value: float | None) -> str:
-    return "–" if value is None else f"{value:.1f} ms"
-
-
-@dataclass(frozen=True)
-class Links:
-    """Where a rendered timeline's pictures are: the console's routes, or an archive's files."""
-
-    artifact: Callable[[str], str]
-
-
-def console_links(task_id: str) -> Links:
-    tid = quote(task_id, safe="")
-    return Links(
-        artifact=lambda art: f"{BASE}/tasks/{tid}/artifacts/{quote(art, safe='')}",
-    )
-
-
-def video_link(task_id: str, artifact_id: str) -> str:
-    """Where the console serves a video of the task browser."""
-    tid, art = quote(task_id, safe=""), quote(artifact_id, safe="")
-    return f"{BASE}/tasks/{tid}/videos/{art}/video.webm"
 
 
 def layout(title: str, body: str, *, viewer: str = "", csrf: str = "", page: str = "") -> str:
@@ -165,137 +120,7 @@ def tasks_page(
     return layout("Tasks", body, viewer=viewer, csrf=csrf, page="tasks")
 
 
-# -- a task --------------------------------------------------------------------------
-
-
-def _details(label: str, value: Any) -> str:
-    if value is None or value == {} or value == []:
-        return ""
-    return f"<details><summary>{e(label)}</summary><pre>{e(as_json(value))}</pre></details>"
-
-
-def entry_html(entry: Entry, links: Links, start: float | None) -> str:
-    offset = ""
-    ended = entry.ended_at
-    if ended is not None and start is not None:
-        # Records are in the order they were stored, which for a call is when it ended (its
-        # approval's records come before it): the offset shown is that moment.
-        offset = f"+{ended - start:.2f} s"
-    facts = []
-    if entry.door:
-        facts.append(f'<span class="door" data-field="door">{e(entry.door)}</span>')
-    if entry.status:
-        facts.append(f'<span class="status s-{e(entry.status)}">{e(entry.status)}</span>')
-    if entry.duration_ms is not None:
-        facts.append(f'<span class="duration">{e(ms(entry.duration_ms))}</span>')
-    if entry.error:
-        code = entry.error.get("code", "")
-        facts.append(f'<span class="error-code">{e(code)}</span>')
-    body = []
-    if entry.error and entry.error.get("message"):
-        body.append(f'<p class="error-message">{e(entry.error.get("message"))}</p>')
-    if entry.who:
-        approver = entry.who.get("approver") or {}
-        body.append(
-            f'<p class="who" data-testid="approval-who">{e(entry.who.get("decision"))} '
-            f"(scope {e(entry.who.get('scope'))}) by {e(approver.get('id'))} "
-            f"({e(approver.get('role'))}) through {e(entry.who.get('channel'))}</p>"
-        )
-    if entry.aggregate:
-        agg = entry.aggregate
-        body.append(
-            f'<p class="aggregate" data-testid="aggregate">aggregate of {e(agg.get("count"))} '
-            f"events from {e(when(agg.get('first_at')))} to {e(when(agg.get('last_at')))}, "
-            f"{len(agg.get('samples') or [])} kept as samples</p>"
-        )
-    if entry.ui_actions:
-        sent = "".join(
-            f'<li data-ui-action="{e(a["action"])}" data-outcome="{e(a["status"])}">'
-            f"to the tab: <code>{e(a['action'])}</code> "
-            f'<span class="status s-{e(a["status"])}">{e(a["status"])}</span></li>'
-            for a in entry.ui_actions
-        )
-        body.append(f'<ul class="ui-actions" data-testid="ui-actions">{sent}</ul>')
-    for shot in entry.screenshots:
-        url = links.artifact(shot)
-        body.append(
-            f'<a class="shot" href="{e(url)}"><img src="{e(url)}" loading="lazy" '
-            f'alt="screenshot taken by {e(entry.tool)}" data-artifact="{e(shot)}"></a>'
-        )
-    if entry.category in ("call", "ui", "browser"):
-        label = "reply of the tab" if entry.category == "ui" else "output"
-        body.append(_details("input", entry.input))
-        body.append(_details(label, entry.output))
-        body.append(_details("context", entry.data))
-    else:
-        body.append(_details("data", entry.data))
-    return (
-        f'<li class="entry c-{e(entry.category)}" data-seq="{entry.seq}" '
-        f'data-category="{e(entry.category)}" data-tool="{e(entry.tool or "")}" '
-        f'data-status="{e(entry.status or "")}">'
-        f'<div class="line"><span class="at" title="{e(_span(entry))}">{e(offset)}</span>'
-        f'<span class="category">{e(entry.category)}</span>'
-        f'<span class="title">{e(entry.title)}</span>{"".join(facts)}</div>'
-        f"{''.join(body)}</li>"
-    )
-
-
-def _span(entry: Entry) -> str:
-    if entry.duration_ms is None:
-        return when(entry.at)
-    return f"started {when(entry.at)}, took {ms(entry.duration_ms)}"
-
-
-def entries_html(entries: Iterable[Entry], links: Links, start: float | None) -> str:
-    return "".join(entry_html(item, links, start) for item in entries)
-
-
-def approval_card(approval: Mapping[str, Any]) -> str:
-    """A pending approval with what it would approve first, then the answer's controls."""
-    aid = str(approval.get("approval_id", ""))
-    tool = str(approval.get("tool", ""))
-    status = str(approval.get("status", ""))
-    decision = approval.get("decision") or {}
-    approver = decision.get("approver") or {} if isinstance(decision, Mapping) else {}
-    outcome = (
-        f"{status} by {approver.get('id', '')} through {decision.get('channel', '')}"
-        if status != "pending" and isinstance(decision, Mapping) and decision
-        else status
-    )
-    controls = (
-        '<fieldset class="answer" disabled>'
-        "<legend>Answer</legend>"
-        f'<label><input type="radio" name="scope-{e(aid)}" value="call" checked> '
-        "this call only</label>"
-        f'<label><input type="radio" name="scope-{e(aid)}" value="task"> '
-        f"{e(tool)} for the rest of the task</label>"
-        '<div class="buttons">'
-        f'<button type="button" class="approve" data-decision="approve">Approve {e(tool)}</button>'
-        f'<button type="button" class="deny" data-decision="deny">Deny</button>'
-        "</div>"
-        '<p class="arming" aria-live="polite">Read what it approves; the buttons take an '
-        "answer once this card has stayed in view, still, for a moment.</p>"
-        "</fieldset>"
-        if status == "pending"
-        else ""
-    )
-    return (
-        f'<section class="approval" data-approval-id="{e(aid)}" data-state="{e(status)}" '
-        f'data-testid="approval-{e(aid)}">'
-        f"<h3>{e(tool)} <span class='status s-{e(status)}' data-field='outcome'>"
-        f"{e(outcome)}</span></h3>"
-        f'<p class="summary">{e(approval.get("summary"))}</p>'
-        "<dl>"
-        f"<dt>call</dt><dd>{e(approval.get('call_id'))}</dd>"
-        f"<dt>door</dt><dd>{e(approval.get('door'))}</dd>"
-        f"<dt>answered by</dt><dd>{e(ASKED_OF.get(str(approval.get('by')), approval.get('by')))}"
-        "</dd>"
-        f"<dt>input sha256</dt><dd class='digest'>{e(approval.get('input_sha256'))}</dd>"
-        f"<dt>expires</dt><dd>{e(when(approval.get('expires_at')))}</dd>"
-        "</dl>"
-        f"{_details('details', approval.get('details'))}"
-        f"{controls}</section>"
-    )
+# -- an approval, a task, its archive ---------------------------------------------
 
 
 def approval_page(approval: Mapping[str, Any], task_id: str, *, viewer: str, csrf: str) -> str:
@@ -311,23 +136,6 @@ def approval_page(approval: Mapping[str, Any], task_id: str, *, viewer: str, csr
         "</article>"
     )
     return layout("Approval", body, viewer=viewer, csrf=csrf, page="approval")
-
-
-def metrics_html(metrics: Mapping[str, Any], pending: int) -> str:
-    cells = [
-        ("calls", metrics["calls"]),
-        ("refused", metrics["refused"]),
-        ("shed", metrics["shed"]),
-        ("pending_approvals", pending),
-        ("p50", ms(metrics["p50_ms"])),
-        ("p99", ms(metrics["p99_ms"])),
-    ]
-    labels = {"pending_approvals": "pending approvals"}
-    return "".join(
-        f'<div class="metric"><span class="value" data-metric="{name}">{e(value)}</span>'
-        f'<span class="label">{e(labels.get(name, name))}</span></div>'
-        for name, value in cells
-    )
 
 
 def task_page(

@@ -35,6 +35,14 @@ SAMPLES = 10
 QUOTA_KIND = "evidence_quota_reached"
 
 
+@dataclass(frozen=True, slots=True)
+class EvidenceConfig:
+    """What the event log is built from (made from `Settings` in gateway/parts.py)."""
+
+    # Events (not calls) one task may leave; past it they are counted, not kept.
+    max_events_per_task: int = 10_000
+
+
 @dataclass
 class _Window:
     identity: TaskIdentity
@@ -57,15 +65,15 @@ class EventLog:
         self,
         store: Store,
         redactor: Redactor,
+        config: EvidenceConfig,
         *,
-        quota: int,
         window_s: float = WINDOW_S,
         metrics: CollectorRegistry | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.store = store
         self.redactor = redactor
-        self.quota = quota
+        self.quota = config.max_events_per_task
         self.window_s = window_s
         self._clock = clock
         self._windows: dict[tuple[str, str], _Window] = {}

@@ -7,6 +7,8 @@ pipeline authorizes every call again, whatever the caller was shown).
 
 from __future__ import annotations
 
+import copy
+import functools
 import math
 import re
 from collections.abc import Awaitable, Callable, Iterable, Iterator
@@ -169,7 +171,8 @@ class Tool:
         return exposed_name(self.name)
 
     def input_schema(self) -> dict[str, Any]:
-        return self.input_model.model_json_schema()
+        """The JSON schema of the tool's input, the caller's own copy to change."""
+        return copy.deepcopy(_schema_of(self.input_model))
 
     def permits(self, identity: TaskIdentity) -> bool:
         """Whether the task's grant covers this tool (scopes, role, task allowlist)."""
@@ -313,3 +316,10 @@ class Registry:
             for t in sorted(self, key=lambda t: t.name)
             if t.reachable(identity)
         ]
+
+
+@functools.cache
+def _schema_of(model: type[BaseModel]) -> dict[str, Any]:
+    # Built once per input model: a catalog lists every tool's schema on each `tools/list`,
+    # and pydantic builds a model's schema anew every time it is asked.
+    return model.model_json_schema()

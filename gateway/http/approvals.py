@@ -19,7 +19,7 @@ from gateway.core.approvals.broker import Decision
 from gateway.core.errors import AuthError, Forbidden, InvalidInput
 from gateway.core.identity import Name, TaskIdentity
 from gateway.core.tokens import Purpose
-from gateway.http.edge import Access, credential, parse_body, read_json
+from gateway.http.edge import credential, gateway_access, parse_body, read_json
 from gateway.runtime import Gateway
 
 # The errand a node sends the task's owner with a control-plane decision.
@@ -45,7 +45,7 @@ class ControlDecision(BaseModel):
 
 
 def routes(gw: Gateway) -> list[BaseRoute]:
-    access = Access(lambda: gw.settings.control_key, gw.tasks)
+    access = gateway_access(gw)
 
     async def listing(request: Request) -> Response:
         task_id = request.path_params["task_id"]

@@ -17,6 +17,7 @@ from gateway.core.errors import AuthError, GatewayError, InvalidInput, NotFound,
 from gateway.core.identity import TaskIdentity
 from gateway.core.ports import TaskLookup
 from gateway.core.tokens import Purpose
+from gateway.runtime import Gateway
 
 _SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
 
@@ -154,3 +155,14 @@ class Access:
         if identity.task_id != task_id:
             raise NotFound("no such task")
         return identity
+
+
+def gateway_access(gw: Gateway) -> Access:
+    """The gateway's one `Access`, shared by every door that asks who is calling: made the
+    first time one asks, with the control key read from the settings when a request comes
+    (it is generated at start)."""
+    access = gw.services.find(Access)
+    if access is None:
+        access = Access(lambda: gw.settings.control_key, gw.tasks)
+        gw.services.provide(Access, access)
+    return access

@@ -9,17 +9,17 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import BaseRoute, Route
 
-from gateway.browser.video import MEDIA_TYPE as VIDEO_MEDIA_TYPE
 from gateway.core.errors import NotFound
+from gateway.core.store.artifacts import VIDEO_MEDIA_TYPE
 from gateway.core.store.evidence import MAX_SEQ
 from gateway.core.tasks.service import TaskCreate
 from gateway.http import approvals
-from gateway.http.edge import Access, bearer, parse_body, query_int, read_json
+from gateway.http.edge import bearer, gateway_access, parse_body, query_int, read_json
 from gateway.runtime import Gateway
 
 
 def routes(gw: Gateway) -> list[BaseRoute]:
-    access = Access(lambda: gw.settings.control_key, gw.tasks)
+    access = gateway_access(gw)
 
     async def create(request: Request) -> Response:
         access.require_control(request)

@@ -19,13 +19,13 @@ proxy at an origin of its own, and torn down when the task ends (docs/sandbox.md
 | `local_jail.py` | a local sandbox's jail started, and its init's pid read back |
 | `proc_scan.py` | the sandboxes' processes, read from /proc, and ending them |
 | `data_archive.py` | a kept data folder as a gzipped tar, read without following the app's links |
-| `probe.py` | the app's health, asked over its unix socket |
+| `probe.py` | the app's health, asked over its unix socket, and the wait until it serves |
 | `incus.py` | the `incus` provider: a container of its own per task |
 | `incus_sandbox.py` | one sandbox of the `incus` provider, as a node holds it |
 | `incus_binding.py` | what a container's config says of its task, so any node can take it over |
 | `incus_app.py` | the app in its container: launched, watched, its limits read back |
 | `incus_blanks.py` | the blank containers every Incus sandbox starts from, and their warm stock |
-| `manifest.py` | the `sandbox-manifest/v1` record |
+| `manifest.py` | the `sandbox-manifest/v1` record, built from a provider's handle |
 | `service.py` | sandboxes per task: provisioned at creation, probed, torn down at the end |
 | `extension.py` | `install(gw)` |
 

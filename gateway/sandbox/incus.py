@@ -200,18 +200,11 @@ class IncusProvider(SandboxProvider):
             enforced, not_enforced = await incus_app.read_back(
                 self.incus, handle, profile=self.backend.profile
             )
-            handle.manifest = manifest.build(
-                provider=self.name,
-                sandbox_id=sandbox_id,
-                spec=spec,
-                commit=checkout.commit,
-                tree=checkout.public(),
+            handle.manifest = manifest.of(
+                handle,
+                checkout,
                 command=list(repository.command),
-                limits=limits,
                 enforcement=list(ENFORCERS),
-                origin=handle.origin,
-                binding=binding,
-                started_at=time.time(),
                 user=incus_image.APP_UID,
                 enforced=enforced,
                 not_enforced=not_enforced,
@@ -244,12 +237,7 @@ class IncusProvider(SandboxProvider):
 
     async def health(self, handle: SandboxHandle) -> Health:
         assert isinstance(handle, IncusSandbox)
-        if handle.state in (SandboxState.TORN_DOWN, SandboxState.DOWN):
-            return Health(handle.state, False)
-        path = self._health_path(handle)
-        status = await probe.status(handle.socket_path, handle.origin, path)
-        healthy = status is not None and 200 <= status < 300
-        return Health(handle.state, healthy, None if healthy else f"health answer: {status}")
+        return await probe.health(handle, handle.socket_path, self._health_path(handle))
 
     def _health_path(self, handle: IncusSandbox) -> str:
         repository = self.config.sandboxes.repositories.get(handle.spec.repository)
@@ -265,28 +253,17 @@ class IncusProvider(SandboxProvider):
                 continue
             if ended is None or handle.torn_down():
                 continue
-            died = {
-                "exit_code": (ended.get("metadata") or {}).get("return"),
-                "log": await incus_app.output(self.incus, ended),
-            }
-            if handle.restarts >= 1:
-                self.changed(handle, SandboxState.DOWN, {**died, "restarts": handle.restarts})
+            died = await incus_app.end_of(self.incus, ended)
+            if not await self.restarted(handle, died, lambda: self._restart(handle, repository)):
                 return
-            handle.restarts += 1
-            self.changed(handle, SandboxState.RESTARTING, died)
-            try:
-                commit = handle.manifest.get("commit", "")
-                await incus_app.launch(self.incus, handle, repository, commit)
-                await incus_app.until_healthy(self.incus, handle, repository)
-            except (SandboxError, IncusError) as exc:
-                message = exc.message if isinstance(exc, SandboxError) else str(exc)
-                self.changed(
-                    handle, SandboxState.DOWN, {"error": message, "restarts": handle.restarts}
-                )
-                return
-            if handle.torn_down():
-                return
-            self.changed(handle, SandboxState.HEALTHY, {"restarts": handle.restarts})
+
+    async def _restart(self, handle: IncusSandbox, repository: Repository) -> None:
+        try:
+            commit = handle.manifest.get("commit", "")
+            await incus_app.launch(self.incus, handle, repository, commit)
+            await incus_app.until_healthy(self.incus, handle, repository)
+        except IncusError as exc:
+            raise SandboxError(str(exc)) from exc
 
     # -- another node's sandbox ---------------------------------------------------------------
 

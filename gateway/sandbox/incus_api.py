@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import socket
 import ssl
 from dataclasses import dataclass
 from typing import Any
@@ -314,16 +313,3 @@ def _error_text(response: httpx.Response) -> str:
     except (json.JSONDecodeError, UnicodeDecodeError):
         return response.text[:300] or response.reason_phrase
     return str(envelope.get("error") or envelope.get("metadata") or response.reason_phrase)
-
-
-def incus_reachable(socket_path: str) -> bool:
-    """Whether an Incus answers on this machine's socket (for tests and set-up scripts)."""
-    probe_socket = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    try:
-        probe_socket.settimeout(2)
-        probe_socket.connect(socket_path)
-    except OSError:
-        return False
-    finally:
-        probe_socket.close()
-    return True

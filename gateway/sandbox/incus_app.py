@@ -8,18 +8,16 @@ knows it still runs. The read-back (`incus_readback.py`) runs inside as root.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import json
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
 from gateway.core.sandbox_spec import Repository
 
 from . import incus_image, incus_launcher, incus_readback, probe
-from .errors import SandboxError, Unhealthy
+from .errors import SandboxError
 from .incus_api import Incus, IncusError
 from .incus_binding import remember
 from .incus_blanks import APP_SOCKET, REFUSED_SYSCALLS
@@ -32,7 +30,6 @@ LAUNCHER = Path(incus_launcher.__file__).read_text()
 READBACK = Path(incus_readback.__file__).read_text()
 
 PYTHON = "{python}"
-PROBE_INTERVAL_S = 0.05
 
 
 async def launch(incus: Incus, handle: IncusSandbox, repository: Repository, commit: str) -> None:
@@ -82,32 +79,25 @@ async def exited(incus: Incus, handle: IncusSandbox, *, wait_s: float) -> dict[s
 
 
 async def until_healthy(incus: Incus, handle: IncusSandbox, repository: Repository) -> None:
-    deadline = time.monotonic() + repository.ready_timeout_s
-    while True:
-        ended = await exited(incus, handle, wait_s=0)
-        if ended is not None:
-            code = (ended.get("metadata") or {}).get("return")
-            raise Unhealthy(
-                f"the app exited ({code}) before it was healthy",
-                details={
-                    "exit_code": code,
-                    "error": ended.get("err") or None,
-                    "log": await output(incus, ended),
-                },
-            )
-        status = await probe.status(handle.socket_path, handle.origin, repository.health_path)
-        if status is not None and 200 <= status < 300:
-            return
-        if time.monotonic() >= deadline:
-            raise Unhealthy(
-                f"the app did not answer {repository.health_path} with 2xx within "
-                f"{repository.ready_timeout_s:g} s",
-                details={"last_status": status},
-            )
-        await asyncio.sleep(PROBE_INTERVAL_S)
+    async def ended() -> dict[str, Any] | None:
+        state = await exited(incus, handle, wait_s=0)
+        if state is None:
+            return None
+        return {**await end_of(incus, state), "error": state.get("err") or None}
+
+    await probe.until_healthy(handle.socket_path, handle.origin, repository, ended)
 
 
-async def output(incus: Incus, ended: dict[str, Any]) -> str:
+async def end_of(incus: Incus, ended: dict[str, Any]) -> dict[str, Any]:
+    """What an ended exec operation says of the app's end: its exit code and the end of
+    what it wrote."""
+    return {
+        "exit_code": (ended.get("metadata") or {}).get("return"),
+        "log": await _output(incus, ended),
+    }
+
+
+async def _output(incus: Incus, ended: dict[str, Any]) -> str:
     """The end of what an ended exec operation wrote."""
     outputs = (ended.get("metadata") or {}).get("output") or {}
     parts = []

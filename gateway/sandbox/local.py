@@ -41,6 +41,7 @@ import signal
 import tarfile
 import time
 from pathlib import Path
+from typing import Any
 
 from gateway.core.sandbox_spec import Limits, Provision, Repository
 from gateway.parts import LocalConfig
@@ -52,15 +53,13 @@ from .checkout import Checkout
 from .commit_tree import resolve_commit
 from .data_archive import archive
 from .enforcement import read_back
-from .errors import SandboxError, Unhealthy
+from .errors import SandboxError
 from .local_sandbox import PROVIDER_NAME, LocalSandbox
 from .proc_scan import KILL_WAIT_S, reap_uids, sandbox_processes
 from .provider import Binding, Health, SandboxHandle, SandboxProvider, SandboxState, Teardown
 from .registration import check
 
 log = logging.getLogger(__name__)
-
-PROBE_INTERVAL_S = 0.05
 
 
 class LocalProvider(SandboxProvider):
@@ -141,28 +140,21 @@ class LocalProvider(SandboxProvider):
         except BaseException:
             await self._destroy(handle)
             raise
-        handle.manifest = manifest.build(
-            provider=self.name,
-            sandbox_id=sandbox_id,
-            spec=spec,
-            commit=checkout.commit,
-            tree=checkout.public(),
+        handle.manifest = manifest.of(
+            handle,
+            checkout,
             # As registered: `{python}` is the gateway's interpreter (a host path, which
             # evidence would not keep anyway).
             command=list(handle.repository.command),
-            limits=limits,
             enforcement=[
                 "rlimit",
                 *(["cgroup2"] if handle.cgroup is not None else []),
                 *([seccomp.ENFORCER] if enforced["refused_calls"] else []),
                 "tmpfs",
             ],
+            user=handle.uid,
             enforced=enforced,
             not_enforced=not_enforced,
-            origin=handle.origin,
-            binding=binding,
-            started_at=time.time(),
-            user=handle.uid,
         )
         handle.state = SandboxState.HEALTHY
         handle.watcher = asyncio.ensure_future(self._watch(handle))
@@ -191,36 +183,19 @@ class LocalProvider(SandboxProvider):
         )
 
     async def _until_healthy(self, handle: LocalSandbox) -> None:
-        deadline = time.monotonic() + handle.repository.ready_timeout_s
-        while True:
+        async def exited() -> dict[str, Any] | None:
             process = handle.process
-            if process is not None and process.returncode is not None:
-                raise Unhealthy(
-                    f"the app exited ({process.returncode}) before it was healthy",
-                    details={"exit_code": process.returncode, "log": handle.log_tail()[-500:]},
-                )
-            status = await self._probe(handle)
-            if status is not None and 200 <= status < 300:
-                return
-            if time.monotonic() >= deadline:
-                raise Unhealthy(
-                    f"the app did not answer {handle.repository.health_path} with 2xx within "
-                    f"{handle.repository.ready_timeout_s:g} s",
-                    details={"last_status": status, "log": handle.log_tail()[-500:]},
-                )
-            await asyncio.sleep(PROBE_INTERVAL_S)
+            if process is None or process.returncode is None:
+                return None
+            return {"exit_code": process.returncode, "log": handle.log_tail()}
 
-    async def _probe(self, handle: LocalSandbox) -> int | None:
-        """The status the app answers its health path with now; None if no answer."""
-        return await probe.status(handle.socket_path, handle.origin, handle.repository.health_path)
+        await probe.until_healthy(
+            handle.socket_path, handle.origin, handle.repository, exited, log=handle.log_tail
+        )
 
     async def health(self, handle: SandboxHandle) -> Health:
         assert isinstance(handle, LocalSandbox)
-        if handle.state in (SandboxState.TORN_DOWN, SandboxState.DOWN):
-            return Health(handle.state, False)
-        status = await self._probe(handle)
-        healthy = status is not None and 200 <= status < 300
-        return Health(handle.state, healthy, None if healthy else f"health answer: {status}")
+        return await probe.health(handle, handle.socket_path, handle.repository.health_path)
 
     # -- the app dying mid-task -----------------------------------------------------------
 
@@ -231,26 +206,17 @@ class LocalProvider(SandboxProvider):
             if handle.state is SandboxState.TORN_DOWN:
                 return
             await self._kill(handle)
-            died = {"exit_code": code, "log": handle.log_tail()[-500:]}
-            if handle.restarts >= 1:
-                self.changed(handle, SandboxState.DOWN, {**died, "restarts": handle.restarts})
+            died = {"exit_code": code, "log": handle.log_tail()}
+            if not await self.restarted(handle, died, lambda: self._restart(handle)):
                 return
-            handle.restarts += 1
-            self.changed(handle, SandboxState.RESTARTING, died)
-            try:
-                await self._start(handle)
-                await self._until_healthy(handle)
-            except SandboxError as exc:
-                await self._kill(handle)
-                self.changed(
-                    handle,
-                    SandboxState.DOWN,
-                    {"error": exc.message, "restarts": handle.restarts},
-                )
-                return
-            if handle.torn_down():
-                return
-            self.changed(handle, SandboxState.HEALTHY, {"restarts": handle.restarts})
+
+    async def _restart(self, handle: LocalSandbox) -> None:
+        try:
+            await self._start(handle)
+            await self._until_healthy(handle)
+        except SandboxError:
+            await self._kill(handle)  # nothing of a jail that does not serve is left
+            raise
 
     # -- teardown ---------------------------------------------------------------------------
 

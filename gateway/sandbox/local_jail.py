@@ -91,7 +91,7 @@ async def start(
         code = await _exit_code(handle.process)
         raise Unhealthy(
             "the sandbox's jail did not start",
-            details={"exit_code": code, "log": handle.log_tail()[-500:]},
+            details={"exit_code": code, "log": handle.log_tail()},
         )
     with contextlib.suppress(OSError):
         handle.hold_namespace(child)

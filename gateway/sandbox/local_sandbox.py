@@ -19,8 +19,10 @@ from .proc_scan import PROC
 from .provider import Binding, SandboxHandle, SandboxState
 
 PROVIDER_NAME = "local"
-# The end of the app's log quoted when it fails.
+# The end of the app's log quoted when it fails: its last characters, of at most its last
+# bytes (a character may take several).
 LOG_TAIL_BYTES = 2000
+LOG_TAIL_CHARS = 500
 
 
 class LocalSandbox(SandboxHandle):
@@ -114,6 +116,6 @@ class LocalSandbox(SandboxHandle):
         try:
             with open(self.log_path, "rb") as fh:
                 fh.seek(max(0, fh.seek(0, os.SEEK_END) - LOG_TAIL_BYTES))
-                return fh.read().decode("utf-8", "replace")
+                return fh.read().decode("utf-8", "replace")[-LOG_TAIL_CHARS:]
         except OSError:
             return ""

@@ -9,14 +9,57 @@ sandbox to (`enforcement.py`, read back, never assumed from what was asked), and
 
 from __future__ import annotations
 
+import time
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Protocol
 
 from gateway.core.sandbox_spec import Limits, Provision
 
+from .checkout import Checkout
 from .provider import Binding
 
 KIND = "sandbox-manifest/v1"
+
+
+class Provisioned(Protocol):
+    """What a provider's handle knows of its sandbox that the manifest names."""
+
+    provider: str
+    sandbox_id: str
+    spec: Provision
+    limits: Limits
+    origin: str
+    binding: Binding
+
+
+def of(
+    handle: Provisioned,
+    checkout: Checkout,
+    *,
+    command: list[str],
+    enforcement: list[str],
+    user: int | None,
+    enforced: dict[str, Any],
+    not_enforced: list[str],
+) -> dict[str, Any]:
+    """The manifest of a sandbox that has just become healthy, from its handle and the
+    checkout it runs."""
+    return build(
+        provider=handle.provider,
+        sandbox_id=handle.sandbox_id,
+        spec=handle.spec,
+        commit=checkout.commit,
+        tree=checkout.public(),
+        command=command,
+        limits=handle.limits,
+        enforcement=enforcement,
+        origin=handle.origin,
+        binding=handle.binding,
+        started_at=time.time(),
+        user=user,
+        enforced=enforced,
+        not_enforced=not_enforced,
+    )
 
 
 def build(

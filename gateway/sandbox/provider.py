@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import abc
 import asyncio
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
@@ -33,7 +33,7 @@ from typing import Any
 
 from gateway.core.sandbox_spec import Provision
 
-from .errors import SandboxRefused
+from .errors import SandboxError, SandboxRefused
 
 
 class SandboxState(StrEnum):
@@ -137,6 +137,33 @@ class SandboxProvider(abc.ABC):
         handle.state = state
         for listener in list(self._listeners):
             listener(handle, state, data)
+
+    async def restarted(
+        self,
+        handle: SandboxHandle,
+        died: dict[str, Any],
+        restart: Callable[[], Awaitable[None]],
+    ) -> bool:
+        """The handle's app died (`died`: what is known of its end): it is started once
+        more by `restart` (which raises `SandboxError` when it does not serve again),
+        and a second death leaves it down. Whether it serves again, so that its watcher
+        goes on; the changes are reported as they happen."""
+        if handle.restarts >= 1:
+            self.changed(handle, SandboxState.DOWN, {**died, "restarts": handle.restarts})
+            return False
+        handle.restarts += 1
+        self.changed(handle, SandboxState.RESTARTING, died)
+        try:
+            await restart()
+        except SandboxError as exc:
+            self.changed(
+                handle, SandboxState.DOWN, {"error": exc.message, "restarts": handle.restarts}
+            )
+            return False
+        if handle.state is SandboxState.TORN_DOWN:
+            return False
+        self.changed(handle, SandboxState.HEALTHY, {"restarts": handle.restarts})
+        return True
 
 
 class ProviderRegistry:

@@ -46,16 +46,21 @@ class Walk:
     too_deep: list[str] = field(default_factory=list)
 
 
+def _is_dir(entry: os.DirEntry[str]) -> bool:
+    """Whether the entry is a folder itself, not a link to one; one that cannot be looked
+    at is taken for a file."""
+    try:
+        return entry.is_dir(follow_symlinks=False)
+    except OSError:
+        return False
+
+
 def _entries(fd: int) -> tuple[list[str], list[str]]:
     dirs: list[str] = []
     files: list[str] = []
     with os.scandir(fd) as listing:
         for entry in listing:
-            try:
-                is_dir = entry.is_dir(follow_symlinks=False)
-            except OSError:
-                is_dir = False
-            (dirs if is_dir else files).append(entry.name)
+            (dirs if _is_dir(entry) else files).append(entry.name)
     return sorted(dirs), sorted(files)
 
 
@@ -168,11 +173,7 @@ def _clear_files(fd: int) -> str | None:
         unlinked = False
         with os.scandir(fd) as listing:
             for entry in listing:
-                try:
-                    is_dir = entry.is_dir(follow_symlinks=False)
-                except OSError:
-                    is_dir = False
-                if is_dir:
+                if _is_dir(entry):
                     return entry.name
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(entry.name, dir_fd=fd)

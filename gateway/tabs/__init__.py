@@ -20,9 +20,11 @@ from gateway.tabs.actions import (
     ShowRunProgress,
     UIAction,
 )
-from gateway.tabs.channel import ChannelLimits, TabChannel
+from gateway.tabs.channel import TabChannel
+from gateway.tabs.config import TabConfig
 from gateway.tabs.extension import install
-from gateway.tabs.hub import TabConfig, TabHub
+from gateway.tabs.hub import TabHub
+from gateway.tabs.limits import ChannelLimits
 from gateway.tabs.outcome import TabOutcome
 from gateway.tabs.views import Views
 

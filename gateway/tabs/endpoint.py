@@ -25,7 +25,8 @@ from gateway.core.origins import origin_allowed
 from gateway.core.ports import TaskLookup
 from gateway.core.tokens import Purpose
 from gateway.tabs import frames
-from gateway.tabs.hub import CloseCommand, Outgoing, TabHub, TabLink, Writer, parse_hello
+from gateway.tabs.hub import TabHub
+from gateway.tabs.link import CloseCommand, Outgoing, TabLink, Writer
 
 log = logging.getLogger(__name__)
 
@@ -78,7 +79,7 @@ def endpoint(
         if text is None:
             return
         try:
-            hello = parse_hello(json.loads(text))
+            hello = frames.parse_hello(json.loads(text))
         except (ValueError, RecursionError) as exc:
             await _refuse(ws, hub, "invalid_hello", "invalid_frame", str(exc))
             return

@@ -6,8 +6,9 @@ from starlette.routing import BaseRoute, WebSocketRoute
 
 from gateway.runtime import Gateway
 from gateway.tabs import shim
+from gateway.tabs.config import TabConfig
 from gateway.tabs.endpoint import endpoint
-from gateway.tabs.hub import TabConfig, TabHub
+from gateway.tabs.hub import TabHub
 from gateway.tabs.tools import register_ui_tools
 from gateway.tabs.views import Views
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
 
 FRAME_ID_PATTERN = r"^[A-Za-z0-9_.:-]{1,128}$"
 TAB_ID_PATTERN = r"^[A-Za-z0-9_.:-]{1,128}$"
@@ -40,6 +40,14 @@ class Hello(_Frame):
     tab_id: TabId
     revision: Revision = 0
     view: dict[str, Any] = Field(default_factory=dict)
+
+
+def parse_hello(raw: Any) -> Hello:
+    """The first frame, which must be a hello (raises ValueError otherwise)."""
+    try:
+        return Hello.model_validate(raw)
+    except ValidationError as exc:
+        raise ValueError(f"the first frame must be a hello ({exc.error_count()} errors)") from None
 
 
 class ReplyError(_Frame):

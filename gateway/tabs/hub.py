@@ -10,11 +10,9 @@ evidence, and tool calls from the page run through the pipeline under the tab's 
 When the awaiting handler is cancelled (its MCP client cancelled the call, or the
 pipeline's deadline hit), the tab gets a `cancel` frame.
 
-A tab answers a few UI actions at a time: each task's tab has an `Admission`
-(`gateway/core/admission.py`) of `TabConfig.actions_at_once` places and a short queue. An action
-that could not be answered before its deadline (by the running average of the tab's recent
-round trips), or that finds the queue full, ends at once `unavailable`/`overloaded`,
-retryable, with `details.retry_after_s`, and nothing is sent to the tab.
+A tab answers a few UI actions at a time (`gateway/tabs/admissions.py`): an action that
+could not be answered before its deadline, or that finds the queue full, ends at once
+`unavailable`/`overloaded` and nothing is sent to the tab.
 
 Every "which process holds this task's tab" question goes through this class; several
 gateway processes would route through a shared broker behind the same methods.
@@ -24,198 +22,49 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import heapq
 import itertools
 import logging
-import math
 import secrets
 import time
-from collections import deque
-from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable, Mapping
+from dataclasses import replace
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Gauge
-from pydantic import BaseModel, ValidationError
+from prometheus_client import CollectorRegistry
+from pydantic import BaseModel
 
 from gateway.core.admission import Admission
-from gateway.core.errors import GatewayError, ToolFailure
+from gateway.core.errors import ToolFailure
 from gateway.core.identity import TaskIdentity
 from gateway.core.ids import new_id
 from gateway.core.ports import ApprovalDesk, CallRunner, Catalog, EventRecorder
-from gateway.core.results import Door, ErrorCode, ToolStatus
 from gateway.core.tasks.log import Level
 from gateway.tabs import frames
 from gateway.tabs.actions import UIAction, build_action
-from gateway.tabs.channel import (
+from gateway.tabs.admissions import Admissions, shed
+from gateway.tabs.channel import TabChannel
+from gateway.tabs.config import TabConfig
+from gateway.tabs.deadlines import Deadlines
+from gateway.tabs.effects import (
     Answer,
     CancelCall,
-    ChannelLimits,
     Close,
     Effect,
     Rejected,
     Send,
     Settle,
     StartCall,
-    TabChannel,
 )
-from gateway.tabs.outcome import TabOutcome, failure
+from gateway.tabs.link import CloseCommand, TabLink, Writer
+from gateway.tabs.metrics import TabMetrics
+from gateway.tabs.outcome import TabOutcome
+from gateway.tabs.page_calls import PageCalls
 from gateway.tabs.views import Views
 
 log = logging.getLogger(__name__)
 
 
 ENDED_KEEP_S = 300.0
-# The round trip assumed for a tab until one is measured (the shim answers in about a
-# millisecond; a page's own handler may take longer). It only matters while every place
-# is taken before any action came back.
-FIRST_ROUND_TRIP_S = 0.1
-# What an action needs besides its round trip (the reply's checks, the calling tool's
-# evidence and answer): an action that cannot keep this much before its deadline waits no
-# longer for its turn.
-REPLY_MARGIN_S = 0.05
-
-
-@dataclass(frozen=True)
-class TabConfig:
-    """Knobs of the tab channel; provide one before install to change them:
-    `gw.services.provide(TabConfig, TabConfig(hello_timeout_s=2))`."""
-
-    hello_timeout_s: float = 5.0
-    request_timeout_s: float = 25.0
-    # A tab that takes longer than this to accept one frame is not reading: it is dropped
-    # rather than buffered for (its socket's buffers are full; ours must not grow).
-    write_timeout_s: float = 10.0
-    tick_s: float = 1.0
-    limits: ChannelLimits = field(default_factory=ChannelLimits)
-    # UI actions a tab is sent at once, and how many more may wait for one of those places;
-    # past that, or when an action could not be answered before its deadline, it ends at
-    # once `overloaded` (a page runs its handlers on one thread: more at once only queue
-    # inside the page, out of sight of the caller's deadline).
-    actions_at_once: int = 4
-    actions_waiting: int = 4
-
-
-class _Deadlines:
-    """When each pending request expires, behind one timer armed for the earliest.
-
-    A timer of its own per request cost more than the rest of the request's bookkeeping;
-    here a request is one heap entry, and the timer moves only for a deadline earlier than
-    every other. A settled request's entry stays until its time comes (it expires nothing
-    then), or until a compaction keeps only the live ones.
-    """
-
-    COMPACT_AT = 1024
-
-    def __init__(self, expire: Callable[[str, str], None]) -> None:
-        self._expire = expire
-        self._heap: list[tuple[float, str, str]] = []
-        self._timer: asyncio.TimerHandle | None = None
-        self._armed_at = math.inf
-
-    def add(
-        self, loop: asyncio.AbstractEventLoop, when: float, task_id: str, request_id: str
-    ) -> None:
-        heapq.heappush(self._heap, (when, task_id, request_id))
-        if when < self._armed_at:
-            self._arm(loop, when)
-
-    def compact(self, live: Mapping[str, Any]) -> None:
-        """Drop the entries of settled requests once they outnumber the live ones."""
-        if len(self._heap) >= self.COMPACT_AT and len(self._heap) > 4 * len(live):
-            self._heap = [entry for entry in self._heap if entry[2] in live]
-            heapq.heapify(self._heap)
-
-    def stop(self) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-        self._timer = None
-        self._armed_at = math.inf
-
-    def _arm(self, loop: asyncio.AbstractEventLoop, when: float) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-        self._armed_at = when
-        self._timer = loop.call_at(when, self._due, loop)
-
-    def _due(self, loop: asyncio.AbstractEventLoop) -> None:
-        self._timer = None
-        self._armed_at = math.inf
-        now = loop.time()
-        heap = self._heap
-        while heap and heap[0][0] <= now:
-            _when, task_id, request_id = heapq.heappop(heap)
-            self._expire(task_id, request_id)
-        if heap:
-            self._arm(loop, heap[0][0])
-
-
-@dataclass(frozen=True)
-class CloseCommand:
-    code: int
-    reason: str
-
-
-Outgoing = dict[str, Any] | CloseCommand
-
-
-Writer = Callable[[Outgoing], Awaitable[bool]]
-
-
-@dataclass
-class TabLink:
-    """One authenticated tab connection, as the hub sees it.
-
-    Frames wait in `outbox` and are written in order by one `flush` at a time, either the
-    connection's writer task's or `TabHub.send`'s own (which saves a task switch on the
-    hot path). `write` is set by the endpoint and returns False once the socket is done.
-    The writer task gives each frame `TabConfig.write_timeout_s` to be taken; `TabHub.send`
-    waits no longer than its request's own expiry (see `TabHub._expire`).
-    """
-
-    conn_id: str
-    identity: TaskIdentity
-    tab_id: str
-    token_expires_at: float
-    outbox: deque[Outgoing] = field(default_factory=deque)
-    wake: asyncio.Event = field(default_factory=asyncio.Event)
-    writing: bool = False  # a flush is under way
-    write: Writer | None = None
-    done: bool = False
-    calls: dict[str, asyncio.Event] = field(default_factory=dict)
-    expiry: asyncio.TimerHandle | None = None
-
-    def push(self, item: Outgoing) -> None:
-        self.outbox.append(item)
-        self.wake.set()
-
-    async def flush(self, write_timeout_s: float | None = None) -> None:
-        """Write what waits in the outbox, in order. A flush that finds another under way
-        leaves the frames to it (it writes until the outbox is empty); one that stops
-        early (cancelled while the socket made it wait) is followed up by the writer task
-        (whoever stopped it sets `wake`)."""
-        if self.writing:
-            return
-        self.writing = True
-        try:
-            while self.outbox and not self.done and self.write is not None:
-                # Taken off only once written: a write cancelled while it waits for the
-                # socket leaves its frame first in line for the writer task.
-                if write_timeout_s is None:
-                    written = await self.write(self.outbox[0])
-                else:
-                    try:
-                        async with asyncio.timeout(write_timeout_s):
-                            written = await self.write(self.outbox[0])
-                    except TimeoutError:
-                        log.info("a tab stopped reading; dropping its connection")
-                        written = False
-                self.outbox.popleft()
-                if not written:
-                    self.done = True
-                    self.outbox.clear()
-        finally:
-            self.writing = False
 
 
 class TabHub:
@@ -234,9 +83,6 @@ class TabHub:
     ) -> None:
         """`on_shed`: called for each UI action turned away as overloaded (the gateway's
         `gateway_calls_shed{resource="tab"}`)."""
-        self.calls = calls
-        self._on_shed = on_shed
-        self.desk = desk
         self._log = log
         self.catalog = catalog
         self.events = events
@@ -245,8 +91,8 @@ class TabHub:
         self._channels: dict[str, TabChannel] = {}
         self._links: dict[str, TabLink] = {}
         self._waiting: dict[str, asyncio.Future[TabOutcome]] = {}
-        self._admissions: dict[str, Admission] = {}
-        self._deadlines = _Deadlines(self._expire)
+        self._admissions = Admissions(self.config, on_shed)
+        self._deadlines = Deadlines(self._expire)
         # Request ids: unique to this hub (a counter) and across gateways (a random part),
         # without a call to the system's random source per request.
         self._request_ids = map(f"req_{secrets.token_hex(6)}_{{:x}}".format, itertools.count(1))
@@ -254,33 +100,12 @@ class TabHub:
         # whose expiry ended that write (see `_expire`).
         self._writing: dict[str, asyncio.Task[Any]] = {}
         self._cut: set[str] = set()
-        self._background: set[asyncio.Task[Any]] = set()
         self._ticker: asyncio.Task[None] | None = None
         self._ended_at: dict[str, float] = {}
-        # Labelled children, looked up once: `labels()` costs more than the count itself.
-        self._request_counters: dict[tuple[str, str], Any] = {}
-        registry = metrics
-        self.rejected = Counter(
-            "gateway_tab_frames_rejected",
-            "Frames from dashboard tabs the channel refused, by reason",
-            ["reason"],
-            registry=registry,
-        )
-        self.refused = Counter(
-            "gateway_tab_handshakes_refused",
-            "Tab channel handshakes refused, by reason",
-            ["reason"],
-            registry=registry,
-        )
-        self.requests = Counter(
-            "gateway_tab_requests",
-            "UI action requests sent to tabs, by terminal status",
-            ["action", "status"],
-            registry=registry,
-        )
-        self.connections = Gauge(
-            "gateway_tab_connections", "Dashboard tabs connected now", registry=registry
-        )
+        self._metrics = tab_metrics = TabMetrics(metrics)
+        self.rejected, self.refused = tab_metrics.rejected, tab_metrics.refused
+        self.requests, self.connections = tab_metrics.requests, tab_metrics.connections
+        self._page = PageCalls(calls=calls, events=events, desk=desk, rejected=self.rejected)
 
     # -- the handler-facing API -------------------------------------------------------
 
@@ -307,12 +132,12 @@ class TabHub:
         if channel.conn_id is not None and channel.ended is None:
             # Without a tab (or after the task's end) the channel answers at once: only an
             # action that would reach a tab takes a place.
-            admission = self._admission(task_id)
+            admission = self._admissions.of(task_id)
             if not admission.try_acquire():
                 try:
                     waited = await admission.acquire(timeout)
                 except ToolFailure as refused:
-                    return self._count(action, _shed(request_id, refused))
+                    return self._metrics.count(action, shed(request_id, refused))
                 # The tab may have left while the action waited, and the channel with it.
                 channel = self._channel(task_id)
         loop = asyncio.get_running_loop()
@@ -361,7 +186,7 @@ class TabHub:
             self._forget_if_idle(channel)
         if waited:
             outcome = replace(outcome, waited_s=waited)
-        return self._count(action, outcome)
+        return self._metrics.count(action, outcome)
 
     def _stage(self, channel: TabChannel, effects: list[Effect]) -> TabLink | None:
         """Carry out a request's effects, except that its frame is only put in the outbox
@@ -373,14 +198,6 @@ class TabHub:
             else:
                 self._apply(channel, [effect])
         return link
-
-    def _count(self, action: UIAction, outcome: TabOutcome) -> TabOutcome:
-        key = (action.type, outcome.status.value)
-        counter = self._request_counters.get(key)
-        if counter is None:
-            counter = self._request_counters[key] = self.requests.labels(*key)
-        counter.inc()
-        return outcome
 
     def approval_changed(self, task_id: str, shown: dict[str, Any]) -> None:
         """An approval of the task was made (show it in the tab) or closed (take it away)."""
@@ -404,9 +221,7 @@ class TabHub:
         if channel is None:
             return {"connected": False, "pending_requests": 0}
         described = channel.describe()
-        admission = self._admissions.get(task_id)
-        # UI actions waiting for their turn at the tab (not sent to it yet).
-        described["waiting_requests"] = admission.queued if admission is not None else 0
+        described["waiting_requests"] = self._admissions.waiting(task_id)
         return described
 
     # -- the endpoint-facing API ------------------------------------------------------
@@ -493,8 +308,7 @@ class TabHub:
                 await self._ticker
         for link in list(self._links.values()):
             link.push(CloseCommand(1001, "the gateway is stopping"))
-        if self._background:
-            await asyncio.gather(*self._background, return_exceptions=True)
+        await self._page.drain()
 
     # -- internals --------------------------------------------------------------------
 
@@ -503,21 +317,6 @@ class TabHub:
         if channel is None:
             channel = self._channels[task_id] = TabChannel(task_id, self.config.limits)
         return channel
-
-    def _admission(self, task_id: str) -> Admission:
-        admission = self._admissions.get(task_id)
-        if admission is None:
-            config = self.config
-            admission = self._admissions[task_id] = Admission(
-                config.actions_at_once,
-                max_waiting=config.actions_waiting,
-                first_guess_s=FIRST_ROUND_TRIP_S,
-                run_margin_s=REPLY_MARGIN_S,
-                what="the dashboard tab",
-                unit="UI actions",
-                on_shed=self._on_shed,
-            )
-        return admission
 
     def _forget_if_idle(self, channel: TabChannel) -> None:
         # An idle live channel costs nothing to rebuild. An ended one is kept for a while
@@ -534,9 +333,7 @@ class TabHub:
         ):
             del self._channels[task_id]
         if task_id not in self._channels:
-            admission = self._admissions.get(task_id)
-            if admission is not None and admission.idle:
-                del self._admissions[task_id]
+            self._admissions.let_go(task_id)
 
     def _prune_ended(self) -> None:
         horizon = time.monotonic() - ENDED_KEEP_S
@@ -606,7 +403,9 @@ class TabHub:
             elif isinstance(effect, StartCall):
                 self._start_call(channel, effect)
             elif isinstance(effect, Answer):
-                self._answer(effect)
+                link = self._links.get(effect.conn)
+                if link is not None:
+                    self._page.answer(link, effect)
             elif isinstance(effect, CancelCall):
                 link = self._links.get(effect.conn)
                 event = link.calls.get(effect.call_id) if link is not None else None
@@ -627,84 +426,12 @@ class TabHub:
         }
         self.events.repeated(link.identity, "tab.frame_rejected", data)
 
-    def _answer(self, effect: Answer) -> None:
-        link = self._links.get(effect.conn)
-        if link is None or self.desk is None:
-            return
-        desk = self.desk
-
-        async def answer() -> None:
-            try:
-                await desk.answer(
-                    link.identity,
-                    effect.approval_id,
-                    decision=effect.decision,
-                    scope=effect.scope,
-                    channel="tab",
-                    nonce=effect.nonce,
-                )
-            except GatewayError as exc:
-                self.rejected.labels("approval_refused").inc()
-                await self.events.record(
-                    link.identity,
-                    "tab.approval_refused",
-                    {
-                        "approval_id": effect.approval_id,
-                        "code": exc.code,
-                        "message": exc.message,
-                        "connection": effect.conn,
-                    },
-                )
-                link.push(frames.error(str(exc.code), exc.message, id=effect.approval_id))
-
-        self._spawn(answer())
-
     def _start_call(self, channel: TabChannel, effect: StartCall) -> None:
         link = self._links.get(effect.conn)
         if link is None:
             return
-        cancel = asyncio.Event()
-        link.calls[effect.call_id] = cancel
-        door = Door.WEBMCP if effect.webmcp else Door.TAB
 
-        async def run() -> None:
-            try:
-                result = await self.calls.call(
-                    link.identity, effect.tool, effect.input, door=door, cancel=cancel
-                )
-                public = result.public()
-            except Exception:  # the pipeline never raises for a call; this is a bug guard
-                log.exception("a tab tool call crashed")
-                public = failure(
-                    effect.call_id, ToolStatus.FAILED, ErrorCode.HANDLER_ERROR, "internal error"
-                ).public()
-            finally:
-                link.calls.pop(effect.call_id, None)
+        def finished(public: dict[str, Any]) -> None:
             self._apply(channel, channel.call_finished(effect.conn, effect.call_id, public))
 
-        self._spawn(run())
-
-    def _spawn(self, coro: Any) -> None:
-        task = asyncio.ensure_future(coro)
-        self._background.add(task)
-        task.add_done_callback(self._background.discard)
-
-
-def _shed(request_id: str, refused: ToolFailure) -> TabOutcome:
-    """The outcome of an action the tab's admission turned away: nothing was sent."""
-    return failure(
-        request_id,
-        refused.tool_status,
-        refused.code,
-        refused.message,
-        retryable=refused.retryable,
-        details=refused.details,
-    )
-
-
-def parse_hello(raw: Any) -> frames.Hello:
-    """The first frame, which must be a hello (raises ValueError otherwise)."""
-    try:
-        return frames.Hello.model_validate(raw)
-    except ValidationError as exc:
-        raise ValueError(f"the first frame must be a hello ({exc.error_count()} errors)") from None
+        self._page.start(link, effect, finished)

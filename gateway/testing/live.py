@@ -11,7 +11,7 @@ from typing import Any
 import httpx
 from starlette.routing import BaseRoute
 
-from gateway.app import Extension, build_app, default_extensions
+from gateway.app import Extension, build_app, build_gateway, default_extensions
 from gateway.runtime import Gateway
 from gateway.serving import serving
 from gateway.settings import Settings
@@ -93,7 +93,7 @@ async def live_gateway(
 ) -> AsyncIterator[LiveGateway]:
     """Serve a gateway until the block ends. On the way out every task still live is ended,
     and with `check_leaks` the block fails if the gateway still holds anything for one."""
-    gw = Gateway(settings)
+    gw = build_gateway(settings)
     if setup is not None:
         setup(gw)
     exts = list(extensions if extensions is not None else default_extensions())

@@ -10,7 +10,6 @@ never from the input. Each directory has a quota (`GATEWAY_WORKSPACE_MAX_BYTES`,
 from __future__ import annotations
 
 import asyncio
-from pathlib import Path
 from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
@@ -18,6 +17,7 @@ from starlette.routing import BaseRoute
 
 from gateway.core.identity import TaskIdentity
 from gateway.core.registry import Registry, Tool, ToolAnnotations, ToolContext
+from gateway.parts import WorkspaceConfig, workspace_config
 from gateway.runtime import Gateway
 from gateway.workspace import files
 from gateway.workspace.paths import MAX_PATH_CHARS, Workspace, workspace_dir
@@ -32,17 +32,15 @@ WorkspacePath = Annotated[str, StringConstraints(min_length=1, max_length=MAX_PA
 class Workspaces:
     """The service that maps a task identity to its workspace directory (and its quota)."""
 
-    def __init__(self, data_dir: Path, limits: Limits | None = None) -> None:
-        self.data_dir = data_dir
-        self.limits = limits
+    def __init__(self, config: WorkspaceConfig) -> None:
+        self.data_dir = config.data_dir
+        self.limits = Limits(config.max_bytes, config.max_files)
         # One tally per task with a workspace in use, so every call of a task is charged
         # against the same count; dropped when the task ends (no call can come after).
         self._tallies: dict[str, Tally] = {}
 
     def for_task(self, identity: TaskIdentity) -> Workspace:
         root = workspace_dir(self.data_dir, identity)
-        if self.limits is None:
-            return Workspace(root)
         tally = self._tallies.get(identity.task_id)
         if tally is None:
             tally = self._tallies[identity.task_id] = Tally(self.limits)
@@ -167,8 +165,7 @@ def register(registry: Registry) -> None:
 
 def install(gw: Gateway) -> list[BaseRoute]:
     """The workspace extension: the service and the four tools; no routes of its own."""
-    limits = Limits(gw.settings.workspace_max_bytes, gw.settings.workspace_max_files)
-    workspaces = Workspaces(gw.settings.data_dir, limits)
+    workspaces = Workspaces(workspace_config(gw.settings))
     gw.services.provide(Workspaces, workspaces)
     gw.tasks.on_end(workspaces.task_ended)
     register(gw.registry)

@@ -12,7 +12,7 @@ from prometheus_client import generate_latest
 
 from gateway.app import build_app
 from gateway.browser import BrowserPool, BrowserProcesses, install
-from gateway.browser import pool as pool_module
+from gateway.browser import warm as warm_module
 from gateway.browser.chromium import dropped_features
 from gateway.browser.memory import command_line
 from gateway.core.results import ToolStatus
@@ -164,7 +164,7 @@ async def test_as_deployed_the_jailed_chromium_and_a_warm_stock_are_ready_before
         assert await pool.stocked() == default_stock
         [process] = pool.processes.live()
         assert process.pid is not None  # launched before any task asked for it
-        stocked = {id(s.context) for s in pool._warm}
+        stocked = {id(s.context) for s in pool.warm.sessions}
         # The first task's first call takes a context from the stock, already open.
         task = await b.task()
         assert (await b.call(task, "browser.navigate", url="/")).ok
@@ -181,7 +181,7 @@ async def test_warm_stock_hands_each_context_to_one_task(
         gw = b.gw
         pool = gw.services.get(BrowserPool)
         assert await pool.stocked() == 2
-        stocked = {id(s.context) for s in pool._warm}
+        stocked = {id(s.context) for s in pool.warm.sessions}
         t1, t2 = await b.task(), await b.task()
         assert (await b.call(t1, "browser.navigate", url="/set?who=one")).ok
         assert (await b.call(t2, "browser.navigate", url="/show")).ok
@@ -197,9 +197,9 @@ async def test_warm_stock_hands_each_context_to_one_task(
 async def test_warm_stock_is_refilled_only_when_no_task_browser_is_busy(
     tmp_path: Path, sites: Sites, task_chromium: BrowserProcesses, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(pool_module, "WARM_REFILL_DELAY_S", 0.0)
+    monkeypatch.setattr(warm_module, "WARM_REFILL_DELAY_S", 0.0)
     # Long enough that the refill cannot slip in between the navigate and the hold below.
-    monkeypatch.setattr(pool_module, "WARM_REFILL_QUIET_S", 2.0)
+    monkeypatch.setattr(warm_module, "WARM_REFILL_QUIET_S", 2.0)
     async with browser_gateway(
         tmp_path, sites, task_chromium, browser_warm_contexts=1, max_contexts=4
     ) as b:

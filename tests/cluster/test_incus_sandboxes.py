@@ -18,9 +18,9 @@ from typing import Any
 import pytest
 import pytest_asyncio
 
+from gateway.app import build_gateway
 from gateway.browser import BrowserProcesses
 from gateway.browser.extension import install as install_browser
-from gateway.cluster.extension import install as join_cluster
 from gateway.core.identity import TaskIdentity
 from gateway.core.results import Door, ToolResult
 from gateway.core.tasks.service import TaskCreate
@@ -54,9 +54,9 @@ class IncusNodes:
 
     async def start(self, name: str, chromium: BrowserProcesses) -> Gateway:
         settings = node_settings(self.tmp_path, name, {**self.shared, **self.extra}, self.nats)
-        gw = Gateway(settings)
+        gw = build_gateway(settings)
         gw.services.provide(BrowserProcesses, chromium)
-        for extension in (join_cluster, install_sandboxes, install_browser):
+        for extension in (install_sandboxes, install_browser):
             extension(gw)
         await gw.start()
         self.gateways[name] = gw

@@ -20,10 +20,9 @@ from pydantic import BaseModel
 from sqlalchemy import func, select
 from starlette.applications import Starlette
 
-from gateway.app import build_app
+from gateway.app import build_app, build_gateway
 from gateway.cluster import node as node_module
 from gateway.cluster.bus import BusTimeout
-from gateway.cluster.extension import install as join_cluster
 from gateway.cluster.node import ClusterNode, ErrandError
 from gateway.core.approval_policy import ApprovalPolicy
 from gateway.core.errors import InvalidInput, TokenRevoked
@@ -145,10 +144,10 @@ class Nodes:
         )
 
     async def start(self, name: str) -> Gateway:
-        gw = Gateway(node_settings(self.tmp_path, name, self.shared, self.nats))
+        gw = build_gateway(node_settings(self.tmp_path, name, self.shared, self.nats))
         # The node's HTTP door for approvals, served in process (the gateway is started
         # here, not by the app's lifespan).
-        self.apps[name] = build_app(gateway=gw, extensions=[join_cluster, approval_routes])
+        self.apps[name] = build_app(gateway=gw, extensions=[approval_routes])
         for tool in tools(name, self.ran):
             gw.registry.add(tool)
         await gw.start()
@@ -164,7 +163,9 @@ class Nodes:
 
 
 def node_of(gw: Gateway) -> ClusterNode:
-    return gw.services.get(ClusterNode)
+    node = gw.placement
+    assert isinstance(node, ClusterNode)
+    return node
 
 
 @pytest.fixture

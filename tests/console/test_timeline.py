@@ -5,7 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from gateway.console import timeline
-from gateway.console.pages import console_links, entries_html
+from gateway.console.entries_html import entries_html
+from gateway.console.links import console_links
 
 
 def call(seq: int, tool: str, **extra: Any) -> dict[str, Any]:

@@ -40,8 +40,8 @@ from gateway.runtime import Gateway
 from gateway.settings import Settings
 from gateway.tabs import TabChannel, Views
 from gateway.tabs.actions import ACTION_TYPES, build_action, parse_action, target_holds
-from gateway.tabs.channel import Send
-from gateway.tabs.hub import parse_hello
+from gateway.tabs.effects import Send
+from gateway.tabs.frames import parse_hello
 from gateway.workspace.paths import split_path
 from tests.hostile.arena import SENTINEL, BuilderParams, Sentinels, install_sentinels
 

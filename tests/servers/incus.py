@@ -17,12 +17,13 @@ from __future__ import annotations
 import contextlib
 import json
 import shutil
+import socket
 import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from gateway.sandbox.incus_api import DEFAULT_SOCKET, incus_reachable
+from gateway.sandbox.incus_api import DEFAULT_SOCKET
 
 DAEMON = Path("/usr/libexec/incus/incusd")
 START_TIMEOUT_S = 30.0
@@ -35,6 +36,19 @@ class IncusUnavailable(RuntimeError):
 
 def incus_installed() -> bool:
     return DAEMON.is_file() and shutil.which("incus") is not None
+
+
+def incus_reachable(socket_path: str) -> bool:
+    """Whether an Incus answers on this machine's socket."""
+    probe_socket = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        probe_socket.settimeout(2)
+        probe_socket.connect(socket_path)
+    except OSError:
+        return False
+    finally:
+        probe_socket.close()
+    return True
 
 
 @contextlib.contextmanager

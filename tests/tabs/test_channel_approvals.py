@@ -8,7 +8,9 @@ from typing import Any
 
 import pytest
 
-from gateway.tabs.channel import Answer, ChannelLimits, Effect, Rejected, Send, TabChannel
+from gateway.tabs.channel import TabChannel
+from gateway.tabs.effects import Answer, Effect, Rejected, Send
+from gateway.tabs.limits import ChannelLimits
 
 TASK = "task_a"
 

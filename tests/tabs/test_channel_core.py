@@ -9,17 +9,17 @@ import pytest
 
 from gateway.core.results import ToolStatus
 from gateway.tabs.actions import OpenView, PopulateDraft, ReadView, ShowRunProgress
-from gateway.tabs.channel import (
+from gateway.tabs.channel import TabChannel
+from gateway.tabs.effects import (
     CancelCall,
-    ChannelLimits,
     Close,
     Effect,
     Rejected,
     Send,
     Settle,
     StartCall,
-    TabChannel,
 )
+from gateway.tabs.limits import ChannelLimits
 
 TASK = "task_a"
 BUILDER_A1 = {"view": "agent_builder", "params": {"agent_id": "ag_1"}, "selection": {}}

@@ -11,8 +11,8 @@ The task's policy is `policy.py` (captured with its identity, below the registry
 imports nothing of the gateway, and stands in the layer of the product's words while the
 rest of the package stands above the store); `broker.py` stores, delivers and settles the
 requests (each asked as one `question.py` `Question`; a request and its decision are
-`request.py`, what a person reads of a call `summary.py`), `waiting.py` is a call waiting
-for its outcome, `answering.py` whether an answer may settle a request, `grants.py` what a
-person granted for the rest of a task; `channels.py` says which channel may answer what,
-and `prompt.py` is the tool a product's agent asks with.
+`request.py`, what a person reads of a call `summary.py`; its limits are `config.py`),
+`waiting.py` is a call waiting for its outcome, `answering.py` whether an answer may settle
+a request, `grants.py` what a person granted for the rest of a task; `channels.py` says
+which channel may answer what, and `prompt.py` is the tool a product's agent asks with.
 """

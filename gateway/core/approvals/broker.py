@@ -24,6 +24,7 @@ from typing import Any
 
 from gateway.core.approval_policy import Need
 from gateway.core.approvals.answering import checked_answer
+from gateway.core.approvals.config import ApprovalsConfig
 from gateway.core.approvals.grants import TaskGrants
 from gateway.core.approvals.question import Question
 from gateway.core.approvals.request import (
@@ -44,11 +45,6 @@ from gateway.core.store.database import Store
 
 log = logging.getLogger(__name__)
 
-# Requests one task may have waiting at once: each is a row, evidence and a panel in the
-# person's tab, and no person answers dozens at once.
-MAX_PENDING_PER_TASK = 16
-
-
 Listener = Callable[[ApprovalRequest], None]
 
 
@@ -57,12 +53,12 @@ class Approvals:
         self,
         store: Store,
         events: EventLog,
+        config: ApprovalsConfig,
         *,
         clock: Callable[[], float] = time.time,
-        max_pending_per_task: int = MAX_PENDING_PER_TASK,
     ) -> None:
         self.store = store
-        self.max_pending_per_task = max_pending_per_task
+        self.max_pending_per_task = config.max_pending_per_task
         self.events = events
         self._clock = clock
         self._pending: dict[str, ApprovalRequest] = {}
@@ -386,7 +382,6 @@ class Approvals:
 
 
 __all__ = [
-    "MAX_PENDING_PER_TASK",
     "ApprovalConflict",
     "ApprovalRefused",
     "ApprovalRequest",

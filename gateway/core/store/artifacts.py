@@ -25,6 +25,10 @@ from gateway.core.store import schema
 from gateway.core.store.objects import ObjectMissing, ObjectReader, ObjectStore, Placement
 from gateway.core.store.repository import Repository
 
+# A task browser's videos (gateway/browser/video.py) show whatever its pages showed: they
+# are for the people at the console, never served to the task's own token.
+VIDEO_MEDIA_TYPE = "video/webm"
+
 
 @dataclass(frozen=True)
 class ArtifactRef:

@@ -32,6 +32,7 @@ from gateway.core.identity import Actor, Budget, Name, Sandbox, Scope, TaskIdent
 from gateway.core.storage_state import StorageState, StorageStates
 from gateway.core.store.database import Store
 from gateway.core.store.tasks import TaskRecord
+from gateway.core.tasks.config import TasksConfig
 from gateway.core.tasks.quota import LiveTaskQuota
 from gateway.core.tokens import Purpose, TokenClaims, TokenService
 
@@ -125,17 +126,15 @@ class TaskService:
         self,
         store: Store,
         tokens: TokenService,
+        config: TasksConfig,
         *,
-        ttl_by_purpose: dict[Purpose, int],
-        max_task_ttl_s: int = 3600,
-        max_live_per_org: int | None = None,
         clock: Callable[[], float] = time.time,
         auth_failures: Counter | None = None,
     ) -> None:
         self.store = store
         self.tokens = tokens
-        self._ttl = ttl_by_purpose
-        self._max_ttl = max_task_ttl_s
+        self.config = config
+        self._max_ttl = config.max_task_ttl_s
         self._clock = clock
         # Every refused token is counted here, whichever door presented it.
         self._auth_failures = auth_failures
@@ -145,7 +144,7 @@ class TaskService:
         self._end_listeners: list[EndListener] = []
         self._expired: set[str] = set()  # expiries already announced to listeners
         self._forget_after_s = 3600.0
-        self._quota = LiveTaskQuota(store, max_live_per_org) if max_live_per_org else None
+        self._quota = LiveTaskQuota(store, config.max_live_per_org)
         # Provisions a task's app when its request asks for one (gateway/sandbox sets it).
         self.provisioner: AppProvisioner | None = None
         # Where signed-in tasks' storage states are held (the task browser sets it).
@@ -220,11 +219,10 @@ class TaskService:
                 raise InvalidInput(
                     "this gateway provisions no sandboxes (a node of a cluster does not)"
                 )
-            if self._quota is not None:
-                # A look first (refused as the insert would be): no sandbox is started for
-                # a task that has no room.
-                async with self._quota.admit(request.org_id, self._clock()):
-                    pass
+            # A look first (refused as the insert would be): no sandbox is started for a
+            # task that has no room.
+            async with self._quota.admit(request.org_id, self._clock()):
+                pass
             # Outside the organization's slot check, which other creates wait on; the slot
             # is checked again, for real, when the task is stored.
             app = await self.provisioner.provision(task_id, request, expires_at)
@@ -248,11 +246,8 @@ class TaskService:
                 created_at=now,
                 expires_at=expires_at,
             )
-            if self._quota is None:
+            async with self._quota.admit(identity.org_id, self._clock()):
                 await self._insert(identity)
-            else:
-                async with self._quota.admit(identity.org_id, self._clock()):
-                    await self._insert(identity)
             if request.storage_state is not None and self.storage_states is not None:
                 self.storage_states.put(task_id, request.storage_state)
         except BaseException:
@@ -279,7 +274,9 @@ class TaskService:
 
     def mint(self, identity: TaskIdentity, purpose: Purpose) -> str:
         remaining = identity.expires_at.timestamp() - self._clock()
-        token, _ = self.tokens.mint(identity.task_id, purpose, min(self._ttl[purpose], remaining))
+        token, _ = self.tokens.mint(
+            identity.task_id, purpose, min(self.config.token_ttl_s(purpose), remaining)
+        )
         return token
 
     async def record(self, task_id: str) -> TaskRecord | None:
