@@ -20,7 +20,9 @@ be ahead on every row (ratio gateway/peer below 1, p50 and p99).
 
 `--configs 1x1,1x2,1x4,2x2` compares browser pool shapes instead (processes x actions per
 process, `GATEWAY_BROWSER_PROCESSES` x `GATEWAY_BROWSER_ACTIONS_PER_PROCESS`, and a third
-figure for `GATEWAY_BROWSER_READS_PER_PROCESS`, as in 1x4x0,1x4x8): one warm
+figure for `GATEWAY_BROWSER_READS_PER_PROCESS`, as in 1x4x0,1x4x8; `@DIR` after a shape
+runs the gateway's code of another source tree, 1x4x8,1x4x8@../main: before and after a
+change in the same rounds): one warm
 gateway per shape, the work rows only, every shape and the peer taking turns in the same
 rounds, each figure a ratio against the peer of that run, with the 1-minute load average at
 the rounds' starts next to it.
@@ -362,23 +364,27 @@ async def gateway(
     data: Path, warm: int, settings: dict[str, str] | None = None
 ) -> AsyncIterator[str]:
     """`gateway serve` in its own process, as it is deployed (the peer runs in its own too);
-    `settings`: more of its environment (GATEWAY_* names)."""
+    `settings`: more of its environment (GATEWAY_* names), and `cwd`, the source tree it
+    runs from (this one's by default)."""
     from gateway.serving import free_port
 
     port = free_port()
+    settings = dict(settings or {})
+    cwd = settings.pop("cwd", None)  # another source tree of the gateway (`pool_shape`)
     env = {
         **os.environ,
         "GATEWAY_DATA_DIR": str(data),
         "GATEWAY_CONTROL_KEY": CONTROL_KEY,
         "GATEWAY_BROWSER_WARM_CONTEXTS": str(warm),
         "GATEWAY_MAX_CONTEXTS": str(max(COLUMNS) + 16),
-        **(settings or {}),
+        **settings,
     }
     log = (data.parent / f"{data.name}.log").open("wb")  # its access log, off the terminal
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
         *("-m", "gateway.cli", "serve", "--no-example", "--port", str(port)),
         env=env,
+        cwd=cwd,
         stdout=log,
         stderr=subprocess.STDOUT,
     )
@@ -465,7 +471,10 @@ OPS = ("navigate", "snapshot", "navigate + snapshot", "click")
 
 def pool_shape(config: str) -> dict[str, str]:
     """`2x4`: 2 Chromium processes with 4 actions each, as the gateway's settings; `1x4x0`:
-    and 0 read slots (snapshots take action slots), `1x4x8` 8 of them."""
+    and 0 read slots (snapshots take action slots), `1x4x8` 8 of them. `1x4x8@DIR`: the
+    gateway's code from the source tree DIR (another checkout), so that two versions of
+    the code take turns in the same rounds."""
+    config, _, tree = config.partition("@")
     parts = config.split("x")
     if len(parts) not in (2, 3) or not all(p.isdigit() for p in parts):
         raise SystemExit(
@@ -477,6 +486,11 @@ def pool_shape(config: str) -> dict[str, str]:
     }
     if len(parts) == 3:
         shape["GATEWAY_BROWSER_READS_PER_PROCESS"] = parts[2]
+    if tree:
+        if not (Path(tree) / "gateway" / "cli.py").is_file():
+            raise SystemExit(f"{tree!r} is not a source tree of the gateway")
+        # `python -m` puts its working directory first on the path: `gateway` runs there.
+        shape["cwd"] = str(Path(tree).resolve())
     return shape
 
 
@@ -496,8 +510,9 @@ async def measure_shapes(
             url = app + "/"
             sides: dict[str, Any] = {"peer": Peer(work_dir)}
             for config in configs:
+                data = work_dir / re.sub(r"[^A-Za-z0-9]+", "-", config)
                 base = await stack.enter_async_context(
-                    gateway(work_dir / config, warm=8, settings=pool_shape(config))
+                    gateway(data, warm=8, settings=pool_shape(config))
                 )
                 sides[config] = Ours(base, app, warm=8)
                 stack.push_async_callback(sides[config].aclose)
@@ -534,7 +549,8 @@ def main() -> int:
     parser.add_argument(
         "--configs",
         default="",
-        help="pool shapes to compare, PROCESSESxACTIONS comma-separated (1x1,1x2,2x2)",
+        help="pool shapes to compare, PROCESSESxACTIONS[xREADS][@SOURCE_TREE] "
+        "comma-separated (1x1,1x2,2x2; 1x4x8,1x4x8@../other-checkout)",
     )
     args = parser.parse_args()
     QUIET_S = args.quiet_s

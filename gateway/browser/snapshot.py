@@ -238,6 +238,8 @@ _EMPTY_FRAME = re.compile(r"^(\s*)- iframe\b[^\n:]*\[ref=([a-z0-9]{1,32})\][^\n:
 
 def empty_frames(raw: str) -> list[str]:
     """The Playwright refs of the iframes of `raw` that show no content."""
+    if "- iframe" not in raw:  # most pages: no pass of the pattern over every line
+        return []
     return [found.group(2) for found in _EMPTY_FRAME.finditer(raw)]
 
 
@@ -255,6 +257,11 @@ def mark_refused_frames(raw: str, refused: dict[str, tuple[str, str]]) -> str:
         return f"{found.group(1)}- iframe{name} [refused: {origin}]"
 
     return _EMPTY_FRAME.sub(mark, raw)
+
+
+def shows_field_value(raw: str) -> bool:
+    """Whether a text box of `raw` shows a value: the only lines `mask_secrets` changes."""
+    return "- textbox" in raw and _TEXTBOX_VALUE.search(raw) is not None
 
 
 def mask_secrets(raw: str, values: set[str]) -> str:
