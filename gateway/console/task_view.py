@@ -18,14 +18,13 @@ from gateway.console.guard import Guard
 from gateway.console.links import BASE, console_links
 from gateway.console.markup import ms
 from gateway.core.errors import InvalidInput
+from gateway.core.store.evidence import MAX_SEQ
 from gateway.core.store.tasks import TaskRecord
 from gateway.http.edge import query_int
 
 # A page of a task's timeline shows this many records; older and newer pages the rest.
 PAGE_RECORDS = 5000
 LIVE_RECORDS = 500
-# Evidence sequence numbers fit SQLite's and PostgreSQL's 64-bit integers.
-MAX_SEQ = 2**63 - 1
 
 
 @dataclass(frozen=True)

@@ -31,10 +31,8 @@ from typing import Any
 
 import mcp_types as types
 from mcp.shared.exceptions import MCPError
+from mcp.types import INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST
 
-INVALID_REQUEST = -32600
-INVALID_PARAMS = -32602
-INTERNAL_ERROR = -32603
 DEFAULT_TTL_MS = 15 * 60 * 1000
 MIN_TTL_MS = 10 * 1000
 MAX_TTL_MS = 60 * 60 * 1000

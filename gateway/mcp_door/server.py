@@ -28,6 +28,7 @@ import mcp_types as types
 from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel import Server
 from mcp.shared.exceptions import MCPDeprecationWarning, MCPError
+from mcp.types import INVALID_PARAMS
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from gateway.core.approvals.channels import ApprovalPage
@@ -49,7 +50,6 @@ from gateway.mcp_door.resources import ArtifactResources
 from gateway.mcp_door.task_requests import TaskServer
 
 IDEMPOTENCY_META_KEY = "idempotency_key"
-INVALID_PARAMS = -32602
 MAX_IDEMPOTENCY_KEY = 200
 
 Context = ServerRequestContext[Any, Any]
