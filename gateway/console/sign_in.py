@@ -15,7 +15,8 @@ from gateway.console import pages
 from gateway.console.access import COOKIE, SESSION_MAX_AGE_S, HostSignIn
 from gateway.console.guard import Guard, framed
 from gateway.console.links import BASE
-from gateway.core.errors import AuthError, InvalidInput, PayloadTooLarge
+from gateway.core.errors import AuthError, InvalidInput
+from gateway.http.edge import read_body
 
 SIGN_IN_BODY_MAX = 4096
 
@@ -64,15 +65,9 @@ def routes(guard: Guard) -> list[BaseRoute]:
 
 async def _form(request: Request) -> dict[str, str]:
     """A small url-encoded form (the sign-in page's), bounded before it is read whole."""
-    chunks: list[bytes] = []
-    size = 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > SIGN_IN_BODY_MAX:
-            raise PayloadTooLarge(f"the form is larger than {SIGN_IN_BODY_MAX} bytes")
-        chunks.append(chunk)
+    body = await read_body(request, SIGN_IN_BODY_MAX, "the form")
     try:
-        parsed = parse_qs(b"".join(chunks).decode("utf-8", "replace"), max_num_fields=8)
+        parsed = parse_qs(body.decode("utf-8", "replace"), max_num_fields=8)
     except ValueError:
         raise InvalidInput("the form has more fields than the sign-in page sends") from None
     return {name: values[0] for name, values in parsed.items() if values}

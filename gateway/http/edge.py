@@ -32,19 +32,26 @@ async def gateway_error_handler(_request: Request, exc: Exception) -> JSONRespon
     return error_response(exc)
 
 
-async def read_json(request: Request, limit: int) -> Any:
-    """The request's JSON body, refusing more than `limit` bytes before reading them all."""
+async def read_body(request: Request, limit: int, what: str = "body") -> bytes:
+    """The request's body, refused (413) as soon as it is known to be over `limit` bytes:
+    by its declared length, or as it arrives, never read whole first."""
+    too_large = PayloadTooLarge(f"{what} is larger than {limit} bytes")
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > limit:
-        raise PayloadTooLarge(f"body is larger than {limit} bytes")
+        raise too_large
     chunks: list[bytes] = []
     size = 0
     async for chunk in request.stream():
         size += len(chunk)
         if size > limit:
-            raise PayloadTooLarge(f"body is larger than {limit} bytes")
+            raise too_large
         chunks.append(chunk)
-    raw = b"".join(chunks)
+    return b"".join(chunks)
+
+
+async def read_json(request: Request, limit: int) -> Any:
+    """The request's JSON body, refusing more than `limit` bytes before reading them all."""
+    raw = await read_body(request, limit)
     try:
         value = json.loads(raw)
     except (ValueError, RecursionError) as exc:

@@ -18,6 +18,7 @@ from starlette.requests import Request
 
 from gateway.console import HostSignIn, Viewer, host_viewer
 from gateway.console.access import COOKIE, ConsoleAccess
+from gateway.console.sign_in import SIGN_IN_BODY_MAX
 from gateway.core.approvals.broker import Decision
 from gateway.core.registry import Tool, ToolContext
 from gateway.core.results import Door
@@ -129,6 +130,17 @@ async def test_nobody_gets_in_without_the_key_or_the_hosts_sign_in(live: Live) -
     assert COOKIE not in wrong.cookies
     stuffed = await live.http.post("/console/sign-in", content="&".join(["a=b"] * 20))
     assert stuffed.status_code == 422
+    # A form larger than the sign-in page sends is refused unread, by its declared length
+    # or as it streams in, and makes no session.
+    oversized = "key=" + "k" * SIGN_IN_BODY_MAX
+    declared = await live.http.post("/console/sign-in", content=oversized)
+    assert (declared.status_code, declared.json()["error"]["code"]) == (413, "payload_too_large")
+
+    async def streamed() -> AsyncIterator[bytes]:
+        yield oversized.encode()
+
+    chunked = await live.http.post("/console/sign-in", content=streamed())
+    assert chunked.status_code == 413 and COOKIE not in chunked.cookies
     # The control key itself works as a bearer credential (scripts).
     answer = await live.http.get("/console/api/tasks", headers=live.control)
     assert answer.status_code == 200
