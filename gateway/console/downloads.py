@@ -5,6 +5,7 @@ as one archive. Only a trace or video the gateway recorded is served as one."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 from urllib.parse import quote
 
@@ -20,6 +21,9 @@ from gateway.core.errors import GatewayError, NotFound
 from gateway.core.store.artifacts import VIDEO_MEDIA_TYPE, ArtifactRef
 from gateway.core.store.tasks import TaskRecord
 from gateway.runtime import Gateway
+
+# What a task's timeline lists of one kind of recording (its traces, its videos).
+Recorded = Callable[[Iterable[Mapping[str, Any]]], list[Mapping[str, Any]]]
 
 
 def routes(guard: Guard) -> list[BaseRoute]:
@@ -44,18 +48,23 @@ def routes(guard: Guard) -> list[BaseRoute]:
             },
         )
 
-    async def trace(request: Request, viewer: Viewer) -> Response:
+    async def recorded(
+        request: Request, viewer: Viewer, kind: Recorded, media_type: str, what: str
+    ) -> ArtifactRef:
+        """The artifact the path names, if the gateway recorded it of the task's browser as
+        a `what` of `media_type`: never another file of the task served as one (a download
+        the agent's browser kept is the app's, or a hostile site's)."""
         task_id, artifact_id = request.path_params["task_id"], request.path_params["artifact_id"]
         ref = await guard.task_artifact(viewer, task_id, artifact_id)
-        # Only a trace the gateway recorded of the task's browser opens in the viewer, on
-        # the console's origin: never another zip of the task (a download the agent's
-        # browser kept is the app's, or a hostile site's).
         record = await guard.visible_task(viewer, task_id)
-        recorded = {
-            t["artifact_id"] for t in timeline.traces(await guard.recording_records(record))
-        }
-        if ref.media_type != "application/zip" or artifact_id not in recorded:
-            raise NotFound("no such trace")
+        listed = {entry["artifact_id"] for entry in kind(await guard.recording_records(record))}
+        if ref.media_type != media_type or artifact_id not in listed:
+            raise NotFound(f"no such {what}")
+        return ref
+
+    async def trace(request: Request, viewer: Viewer) -> Response:
+        # It opens in the viewer, on the console's origin.
+        ref = await recorded(request, viewer, timeline.traces, "application/zip", "trace")
         return StreamingResponse(
             await gw.store.stream_artifact(ref),
             media_type="application/zip",
@@ -67,16 +76,8 @@ def routes(guard: Guard) -> list[BaseRoute]:
         )
 
     async def video(request: Request, viewer: Viewer) -> Response:
-        task_id, artifact_id = request.path_params["task_id"], request.path_params["artifact_id"]
-        ref = await guard.task_artifact(viewer, task_id, artifact_id)
-        # Only a video the gateway recorded of the task's browser plays on the console's
-        # origin: never another file of the task served as one.
-        record = await guard.visible_task(viewer, task_id)
-        recorded = {
-            v["artifact_id"] for v in timeline.videos(await guard.recording_records(record))
-        }
-        if ref.media_type != VIDEO_MEDIA_TYPE or artifact_id not in recorded:
-            raise NotFound("no such video")
+        # It plays on the console's origin.
+        ref = await recorded(request, viewer, timeline.videos, VIDEO_MEDIA_TYPE, "video")
         headers = {
             "X-Content-SHA256": ref.sha256,
             "X-Content-Type-Options": "nosniff",
