@@ -8,11 +8,7 @@ and a frame the guard refused is marked so. Its refs become the ones the agent m
 
 from __future__ import annotations
 
-import contextlib
-import weakref
-
-from playwright.async_api import Error as PlaywrightError
-from playwright.async_api import Frame, Locator, Page
+from playwright.async_api import Locator, Page
 
 from .calls import SNAPSHOT_TIMEOUT_MS
 from .evidence import secret_values
@@ -32,36 +28,6 @@ from .snapshot import (
 _TEXT_SHOWN = "]: "
 
 
-class _Parsed:
-    """The pages whose current document has been parsed: DOMContentLoaded seen since
-    their main frame last navigated. A snapshot of one waits for nothing; asking
-    Playwright instead (`wait_for_load_state`) sends its driver three messages per call
-    even when the state is reached, some 40 % of a snapshot's own Python time."""
-
-    def __init__(self) -> None:
-        self._pages: weakref.WeakSet[Page] = weakref.WeakSet()
-        self._watched: weakref.WeakSet[Page] = weakref.WeakSet()
-
-    async def wait(self, page: Page, timeout_ms: float) -> None:
-        if page in self._pages:
-            return
-        if page not in self._watched:
-            self._watched.add(page)
-            page.on("domcontentloaded", self._pages.add)
-            page.on("framenavigated", lambda frame: self._navigated(page, frame))
-        with contextlib.suppress(PlaywrightError):
-            await page.wait_for_load_state("domcontentloaded", timeout=timeout_ms)
-            self._pages.add(page)
-
-    def _navigated(self, page: Page, frame: Frame) -> None:
-        # A new document (or a move within one: then the next wait ends at once).
-        if frame.parent_frame is None:
-            self._pages.discard(page)
-
-
-_parsed = _Parsed()
-
-
 async def take_snapshot(
     session: SessionState,
     page: Page,
@@ -73,7 +39,7 @@ async def take_snapshot(
     """A snapshot of the page (or of one element, or to a depth)."""
     # A page still being parsed (a popup just opened) is read once its DOM is: else its
     # own DOMContentLoaded, a new document to the refs, would make this one stale.
-    await _parsed.wait(page, timeout_ms)
+    await session.parsed.wait(page, timeout_ms)
     document = session.document
     target = scope if scope is not None else page
     raw = await target.aria_snapshot(mode="ai", depth=depth, timeout=timeout_ms)

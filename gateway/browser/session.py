@@ -135,6 +135,7 @@ class BrowserSession(SessionState):
     def watch_page(self, page: Page) -> None:
         if self.video is not None:
             self.video.watch(page)
+        self.parsed.watch(page)
         page.on("framenavigated", lambda frame: page_guard.navigated(self, page, frame))
         # Only a new document fires it, also one at the same URL (a reload, a second
         # navigate to the page), which `framenavigated` cannot tell from a same-document move.

@@ -32,6 +32,7 @@ from .evidence import EvidenceSink
 from .frames import FrameTargets
 from .guard_proxy import OriginProxy
 from .navigation import Navigations
+from .parsed import ParsedPages
 from .policy import BLANK
 from .processes import BrowserProcess
 from .signals import Signals
@@ -125,6 +126,8 @@ class SessionState:
         self.lost: str | None = None  # why the browser under this session is gone
         self.closed = False
         self.document = 0  # bumped on each new main-frame document: refs of older ones are stale
+        # Which of its pages a snapshot need not wait for (`parsed.py`).
+        self.parsed = ParsedPages()
         self.latest: Snapshot | None = None  # the latest full snapshot
         self.refs = Refs()  # the refs of the current document an agent may use
         # Main-frame navigation requests, and those not over yet (an action's aftermath).

@@ -9,7 +9,7 @@ from typing import Any, cast
 import pytest
 from playwright.async_api import Page
 
-from gateway.browser.reading import _Parsed
+from gateway.browser.parsed import ParsedPages
 from gateway.browser.snapshot import empty_frames, shows_field_value
 
 
@@ -31,7 +31,7 @@ class _Frame:
 
 
 class _Page:
-    """The part of a Playwright page `_Parsed` uses."""
+    """The part of a Playwright page `ParsedPages` uses."""
 
     def __init__(self) -> None:
         self.waits = 0
@@ -51,8 +51,9 @@ class _Page:
 
 @pytest.mark.asyncio(loop_scope="session")
 async def test_a_parsed_document_is_not_waited_for_again_until_its_page_navigates() -> None:
-    parsed, fake = _Parsed(), _Page()
+    parsed, fake = ParsedPages(), _Page()
     page = cast(Page, fake)
+    parsed.watch(page)
     await parsed.wait(page, 1000)
     await parsed.wait(page, 1000)
     assert fake.waits == 1
