@@ -14,6 +14,7 @@ from __future__ import annotations
 import ctypes
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -126,7 +127,12 @@ def spawn() -> dict[str, Any]:
 
 
 def fork(n: str) -> dict[str, Any]:
+    """Fork up to `n` sleeping children, then end them: how many the budget let live at once.
+
+    The children are reaped before the answer, so the app's next request (a thread of its
+    own, counted in the same budget) is not refused by what this one left running."""
     children: list[int] = []
+    outcome: dict[str, Any] = {}
     try:
         for _ in range(int(n)):
             pid = os.fork()
@@ -135,8 +141,12 @@ def fork(n: str) -> dict[str, Any]:
                 os._exit(0)
             children.append(pid)
     except OSError as exc:
-        return {"forked": len(children), "stopped_by": str(exc)}
-    return {"forked": len(children)}
+        outcome["stopped_by"] = str(exc)
+    finally:
+        for pid in children:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+    return {"forked": len(children), **outcome}
 
 
 def alloc(mb: str) -> int:

@@ -185,8 +185,6 @@ async def test_processes_and_user_namespaces_are_refused_and_programs_still_run(
     )
     forked = await ask(sandbox, "/fork?n=200")
     assert forked["ok"] and forked["result"]["forked"] < 12, forked
-    # Its sleeping children hold its processes: the rest is asked of another sandbox.
-    sandbox = sandbox_of(live.gateway, (await provision(live, app_repo.v1))["task_id"])
     for how in ("unshare", "clone"):
         tried = await ask(sandbox, f"/userns?how={how}")
         assert not tried["ok"], (how, tried)
