@@ -64,7 +64,7 @@ def ref_of(snapshot: str, label: str) -> str | None:
     return None
 
 
-@dataclass
+@dataclass(frozen=True)
 class Outcome:
     door: str
     tool: str
@@ -99,6 +99,18 @@ class Ledger:
             "lost": sum(1 for o in self.outcomes if o.status == "lost"),
             "statuses": dict(Counter(o.status for o in self.outcomes)),
             "codes": dict(Counter(o.code for o in self.outcomes if o.code)),
+            # Which tools end how, when not in success: where a tail comes from.
+            "not_succeeded": {
+                f"{o.door} {o.tool} {o.status}/{o.code}": n
+                for o, n in sorted(
+                    Counter(
+                        Outcome(o.door, o.tool, o.status, o.code, 0.0)
+                        for o in self.outcomes
+                        if o.status != "succeeded"
+                    ).items(),
+                    key=lambda pair: -pair[1],
+                )
+            },
             "doors": {
                 door: {
                     "calls": len(ms),
@@ -271,10 +283,14 @@ async def seed_workspace(base_url: str, task: LoadTask) -> None:
 
 
 async def call_statuses(
-    http: httpx.AsyncClient, control: dict[str, str], task_id: str
+    http: httpx.AsyncClient,
+    control: dict[str, str],
+    task_id: str,
+    timeouts: Counter[str] | None = None,
 ) -> Counter[str]:
     """The statuses of the task's evidence records of kind `call`, page by page (counted,
-    not kept: the records themselves would weigh on the memory this test measures)."""
+    not kept: the records themselves would weigh on the memory this test measures).
+    `timeouts` counts the timed-out calls' tools and the start of their messages."""
     found: Counter[str] = Counter()
     after = 0
     while True:
@@ -285,7 +301,14 @@ async def call_statuses(
         records: list[dict[str, Any]] = response.json()["records"]
         if not records:
             return found
-        found.update(str(r["status"]) for r in records if r.get("kind") == "call")
+        calls = [r for r in records if r.get("kind") == "call"]
+        found.update(str(r["status"]) for r in calls)
+        if timeouts is not None:
+            timeouts.update(
+                f"{r.get('tool')}: {str((r.get('error') or {}).get('message'))[:90]}"
+                for r in calls
+                if r["status"] == "timeout"
+            )
         after = max(int(r["seq"]) for r in records)
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections import Counter
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -184,8 +185,9 @@ async def run(shape: Shape, live: Live, sites: Sites, browser: Any) -> None:
         await sampler
 
         # One evidence record per call, for every task (plus the seeding write).
+        timeouts: Counter[str] = Counter()
         per_task = {
-            task.task_id: await call_statuses(live.http, live.control, task.task_id)
+            task.task_id: await call_statuses(live.http, live.control, task.task_id, timeouts)
             for task in tasks
         }
         for task_id, statuses in per_task.items():
@@ -205,6 +207,7 @@ async def run(shape: Shape, live: Live, sites: Sites, browser: Any) -> None:
         rss_peak_mib=round(peak / 2**20, 1),
         rss_after_mib=round(after / 2**20, 1),
         memory_per_task_kib=round((peak - baseline) / shape.tasks / 1024, 1),
+        timeouts_recorded=dict(timeouts.most_common(12)),
     )
     print("\nload figures:", json.dumps(figures, indent=2))
     if shape is FULL:
