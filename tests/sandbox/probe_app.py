@@ -3,7 +3,7 @@
 Standard library only. It serves HTTP on the listening socket it is handed as standard
 input (`SANDBOX_LISTEN_FD`), and each path is one attempt whose outcome it reports as
 JSON: `/connect?port=`, `/resolve?name=`, `/write?path=`, `/read?path=`, `/list?path=`,
-`/fork?n=`, `/alloc?mb=`, `/bigfile?mb=`, `/fill?path=&mb=`, `/deep?n=&mb=`,
+`/fork?n=&reap=`, `/alloc?mb=`, `/bigfile?mb=`, `/fill?path=&mb=`, `/deep?n=&mb=`,
 `/hold?n=&mb=`, `/shm?mb=`, `/memfd?mb=`, `/sem?sets=`, `/syscall?name=`, `/key?do=`,
 `/userns?how=`, `/spawn`, `/spin`, `/exit`, `/env`, `/whoami`, `/version`, `/healthz`. The
 tests commit this file into a throwaway repository.
@@ -126,11 +126,11 @@ def spawn() -> dict[str, Any]:
     return {"program": ran.stdout.strip(), "thread": seen}
 
 
-def fork(n: str) -> dict[str, Any]:
-    """Fork up to `n` sleeping children, then end them: how many the budget let live at once.
+def fork(n: str, reap: bool) -> dict[str, Any]:
+    """Fork up to `n` children that sleep a minute: how many the budget let live at once.
 
-    The children are reaped before the answer, so the app's next request (a thread of its
-    own, counted in the same budget) is not refused by what this one left running."""
+    `reap`: the children are ended before the answer, so the app's next request (a thread
+    of its own, counted in the same budget) is not refused by what this one left running."""
     children: list[int] = []
     outcome: dict[str, Any] = {}
     try:
@@ -143,7 +143,7 @@ def fork(n: str) -> dict[str, Any]:
     except OSError as exc:
         outcome["stopped_by"] = str(exc)
     finally:
-        for pid in children:
+        for pid in children if reap else ():
             os.kill(pid, signal.SIGKILL)
             os.waitpid(pid, 0)
     return {"forked": len(children), **outcome}
@@ -399,7 +399,7 @@ class Handler(BaseHTTPRequestHandler):
         elif route == "/list":
             body = attempt(lambda: sorted(os.listdir(q["path"])))
         elif route == "/fork":
-            body = attempt(lambda: fork(q["n"]))
+            body = attempt(lambda: fork(q["n"], q.get("reap") == "1"))
         elif route == "/alloc":
             body = attempt(lambda: alloc(q["mb"]))
         elif route == "/bigfile":

@@ -183,7 +183,7 @@ async def test_processes_and_user_namespaces_are_refused_and_programs_still_run(
     sandbox = sandbox_of(
         live.gateway, (await provision(live, app_repo.v1, limits={"processes": 12}))["task_id"]
     )
-    forked = await ask(sandbox, "/fork?n=200")
+    forked = await ask(sandbox, "/fork?n=200&reap=1")
     assert forked["ok"] and forked["result"]["forked"] < 12, forked
     for how in ("unshare", "clone"):
         tried = await ask(sandbox, f"/userns?how={how}")

@@ -144,7 +144,7 @@ async def test_the_app_cannot_write_its_checkout_nor_see_the_gateway_or_other_sa
 async def test_the_limits_stop_the_app(live: LiveGateway, app_repo: AppRepo) -> None:
     limits = {"processes": 12, "memory_mb": 256, "file_size_mb": 2}
     task_id = (await provision(live, app_repo.v1, limits=limits))["task_id"]
-    forked = await ask(live, task_id, "/fork?n=200")
+    forked = await ask(live, task_id, "/fork?n=200&reap=1")
     assert forked["ok"], forked
     assert forked["result"]["forked"] < 12
     assert "Resource temporarily unavailable" in forked["result"]["stopped_by"]
