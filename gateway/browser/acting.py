@@ -72,7 +72,7 @@ RefField = Field(pattern=REF_PATTERN, description="An element ref from browser.s
 
 
 async def session_of(ctx: ToolContext) -> BrowserSession:
-    session = await ctx.service(BrowserPool).session_for(ctx.identity)
+    session = await ctx.service(BrowserPool).session_for(ctx.identity, ctx.time_left())
     session.download_max_bytes = LIMITS.get().download_max_bytes
     return session
 

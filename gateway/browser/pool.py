@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -29,7 +30,7 @@ from gateway.core.results import ErrorCode, ToolStatus
 from gateway.core.storage_state import StorageState
 from gateway.parts import BrowserPoolConfig
 
-from .admission import PageAdmission
+from .admission import PageAdmission, task_starts
 from .app_link import AppLink
 from .errors import browser_unavailable
 from .lanes import ProcessLanes
@@ -96,7 +97,9 @@ class BrowserPool:
         self._closing = False
         # `count` is every slot, local Chromium and remote servers alike: each gets its share
         # of task starts and an admission of its own.
-        self._starting = asyncio.Semaphore(STARTS_PER_PROCESS * processes.count)
+        self.starts = task_starts(
+            STARTS_PER_PROCESS * processes.count, shed.inc if shed is not None else None
+        )
         self.refused = 0
         lanes = ProcessLanes(config, processes.count, shed)
         self.admissions, self.read_admissions = lanes.actions, lanes.reads
@@ -186,8 +189,13 @@ class BrowserPool:
 
     # -- a task's session -----------------------------------------------------------------
 
-    async def session_for(self, identity: TaskIdentity) -> BrowserSession:
-        """The task's own context, opened on its first call; never another task's."""
+    async def session_for(
+        self, identity: TaskIdentity, time_left: float = math.inf
+    ) -> BrowserSession:
+        """The task's own context, opened on its first call; never another task's.
+
+        `time_left`: seconds until that call's deadline. A start that would not get its turn
+        in time (with the time a start takes) is refused at once, `overloaded`."""
         task_id = identity.task_id
         session = self._sessions.get(task_id)
         if session is not None:
@@ -216,14 +224,16 @@ class BrowserPool:
                 raise browser_unavailable(
                     f"all {self.max_contexts} browser contexts are in use; retry later"
                 )
-            opening = asyncio.ensure_future(self._open_for(identity))
+            opening = asyncio.ensure_future(self._open_for(identity, time_left))
             self._opening[task_id] = opening
             opening.add_done_callback(lambda _t: self._opening.pop(task_id, None))
         return await asyncio.shield(opening)
 
-    async def _open_for(self, identity: TaskIdentity) -> BrowserSession:
-        # Admission for starts: the slot is released when the task's first call is over.
-        await self._starting.acquire()
+    async def _open_for(self, identity: TaskIdentity, time_left: float) -> BrowserSession:
+        # Admission for starts: the slot is released when the task's first call is over,
+        # and how long it was held is what the next starts are weighed at.
+        await self.starts.acquire(time_left)
+        admitted = time.monotonic()
         state = self._storage_state(identity.task_id)
         try:
             # A warm context holds no task's state and records no video: a signed-in task
@@ -233,9 +243,9 @@ class BrowserPool:
             if session is None:
                 session = await self._open_fresh(state, record_video=identity.record_video)
         except BaseException:
-            self._starting.release()
+            self.starts.release(None)
             raise
-        session.on_started = self._starting.release
+        session.on_started = lambda: self.starts.release(time.monotonic() - admitted)
         # A task that never makes its first call (its caller gave up) frees its slot anyway.
         asyncio.get_running_loop().call_later(START_HOLD_MAX_S, session.release_start)
         try:

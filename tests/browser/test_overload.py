@@ -200,6 +200,45 @@ async def test_a_call_the_full_browser_cannot_serve_is_turned_away_at_once_untou
         assert metric(registry, 'gateway_calls_shed_total{resource="browser"}') == 1
 
 
+async def test_a_first_call_that_would_not_start_in_time_is_turned_away_and_opens_nothing(
+    tmp_path: Path, sites: Sites, task_chromium: BrowserProcesses
+) -> None:
+    async with (
+        held_app() as (app, origin),
+        browser_gateway(tmp_path, sites, task_chromium, browser_actions_per_process=1) as b,
+    ):
+        navigate = b.gw.registry.get("browser.navigate")
+        assert navigate is not None
+        b.gw.registry.add(dataclasses.replace(navigate, name="test.navigate_1s", timeout_s=1.0))
+        starts, admission = b.pool.starts, b.pool.admissions[0]
+        first = [await b.task(app_origin=origin) for _ in range(starts.slots)]
+        late = await b.task(app_origin=origin)
+        # Every task start is taken by a first call not yet over: one holds the only action
+        # slot on `/hold`, the others wait for it.
+        held = await holding(b.call(first[0], "browser.navigate", url="/hold"), app, admission)
+        waiting = [asyncio.ensure_future(b.call(t, "browser.navigate", url="/")) for t in first[1:]]
+        await until(lambda: admission.queued == len(waiting), "the first calls wait their turn")
+        assert starts.running == starts.slots
+
+        # A first call with 1 s left cannot wait for a start and make one: out at once,
+        # with no context opened for it, rather than in line past its deadline.
+        shed = await asyncio.wait_for(b.call(late, "test.navigate_1s", url="/"), BOUND_S)
+        overloaded(shed)
+        assert shed.error is not None and "task starts" in shed.error.message
+        assert b.pool.session(late.task_id) is None
+        assert not held.done() and not any(w.done() for w in waiting)
+        registry = b.gw.metrics.registry
+        assert metric(registry, 'gateway_calls_shed_total{resource="browser"}') == 1
+
+        app.release.set()
+        results = await asyncio.wait_for(asyncio.gather(held, *waiting), BOUND_S)
+        assert all(r.ok for r in results), results
+        # Each start was held from its context's opening to the end of its first call.
+        assert starts.running == 0 and starts.measured == starts.slots
+        again = await b.call(late, "browser.navigate", url="/")
+        assert again.ok, again
+
+
 async def test_a_snapshot_does_not_wait_behind_another_tasks_action(
     tmp_path: Path, sites: Sites, task_chromium: BrowserProcesses
 ) -> None:

@@ -306,6 +306,7 @@ async def call_statuses(
         if timeouts is not None:
             timeouts.update(
                 f"{r.get('tool')}: {str((r.get('error') or {}).get('message'))[:90]}"
+                f" {json.dumps(r.get('context'), sort_keys=True)[:160]}"
                 for r in calls
                 if r["status"] == "timeout"
             )
