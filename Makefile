@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test lint typecheck unit stress bench setup browser postgres cluster-tools incus cluster clean node-clients
+.PHONY: run test lint typecheck unit stress bench setup browser postgres cluster-tools incus cluster clean node-clients realapps
 
 $(STAMP): pyproject.toml $(wildcard examples/*/__init__.py)
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' || { echo "Python 3.11+ is needed"; exit 1; }
@@ -48,10 +48,15 @@ typecheck: $(STAMP)
 node-clients:
 	@scripts/ensure-node-clients
 
+# The real apps the end-to-end smoke test drives (Django's admin), in a virtualenv of their
+# own: installed here, not inside the timed suite.
+realapps: $(STAMP)
+	@$(BIN)/python -m bench.realapps.venv > /dev/null
+
 # Both stores: the PostgreSQL half runs here (a throwaway cluster on loopback), not skipped;
 # and both sandbox providers (Incus's daemon started by the tests, stopped after).
-unit: setup postgres cluster-tools incus node-clients
-	GATEWAY_TEST_REQUIRE_POSTGRES=1 GATEWAY_TEST_REQUIRE_INCUS=1 $(BIN)/pytest -m "not stress"
+unit: setup postgres cluster-tools incus node-clients realapps
+	GATEWAY_TEST_REQUIRE_POSTGRES=1 GATEWAY_TEST_REQUIRE_INCUS=1 $(BIN)/pytest -m "not stress" --durations=25
 	# The example dashboard's own suite, run as an app team runs theirs: a session of its own.
 	$(BIN)/pytest examples/synthetic_app/e2e
 

@@ -30,3 +30,7 @@ def ensure(venv: Path = VENV) -> Path:
     )
     stamp.write_text(wanted)
     return python
+
+
+if __name__ == "__main__":
+    print(ensure())
