@@ -116,9 +116,26 @@ class Ledger:
                     "calls": len(ms),
                     "p50_ms": round(percentile(ms, 50), 2),
                     "p99_ms": round(percentile(ms, 99), 2),
+                    "admitted_p99_ms": round(percentile(self.admitted(door), 99), 2),
                 }
                 for door, ms in sorted(by_door.items())
             },
+        }
+
+    def admitted(self, door: str) -> list[float]:
+        """The milliseconds of the door's calls that were not turned away at once."""
+        return [
+            o.seconds * 1000 for o in self.outcomes if o.door == door and o.code != "overloaded"
+        ] or [0.0]
+
+    def against(self, idle: Ledger) -> dict[str, float]:
+        """Each door's admitted p99 as a multiple of its p99 in `idle` (the same calls, one
+        task alone)."""
+        return {
+            door: round(
+                percentile(self.admitted(door), 99) / percentile(idle.admitted(door), 99), 2
+            )
+            for door in sorted({o.door for o in idle.outcomes})
         }
 
 

@@ -59,10 +59,11 @@ class Shape:
     calls: int  # per task, across the three doors
     tab_contexts: int  # browser contexts the dashboard pages share
     browser_processes: int  # Chromium processes of the task browser pool
+    idle_calls: int  # made by one task alone first: each door's idle p99
 
 
-SHORT = Shape(tasks=4, calls=25, tab_contexts=2, browser_processes=1)
-FULL = Shape(tasks=64, calls=200, tab_contexts=4, browser_processes=2)
+SHORT = Shape(tasks=4, calls=25, tab_contexts=2, browser_processes=1, idle_calls=10)
+FULL = Shape(tasks=64, calls=200, tab_contexts=4, browser_processes=2, idle_calls=200)
 
 
 @dataclass
@@ -136,6 +137,11 @@ async def run(shape: Shape, live: Live, sites: Sites, browser: Any) -> None:
         await one_round(warm, live, sites, context, LoadTask({}), calls=10)
     await wait_released(live, hub, pool)
     baseline = settled_rss()
+    # Then the same mix from one task alone: what each door takes when nothing contends.
+    idle = Doors(live.base_url, live.control, Ledger())
+    async with dashboard_contexts(browser, 1) as [context]:
+        await one_round(idle, live, sites, context, LoadTask({}), calls=shape.idle_calls)
+    await wait_released(live, hub, pool)
 
     ledger = Ledger()
     doors = Doors(live.base_url, live.control, ledger)
@@ -208,6 +214,8 @@ async def run(shape: Shape, live: Live, sites: Sites, browser: Any) -> None:
         rss_after_mib=round(after / 2**20, 1),
         memory_per_task_kib=round((peak - baseline) / shape.tasks / 1024, 1),
         timeouts_recorded=dict(timeouts.most_common(12)),
+        idle_doors=idle.ledger.figures()["doors"],
+        admitted_p99_vs_idle=ledger.against(idle.ledger),
     )
     print("\nload figures:", json.dumps(figures, indent=2))
     if shape is FULL:
