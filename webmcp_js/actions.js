@@ -1,7 +1,7 @@
 // actions.js: the closed allowlist of UI actions, applied on the page before its handler
 // sees one, and the recheck of an action aimed at an older revision of the page.
 //
-// The action types and their schemas are the gateway's (gateway/tabs/actions.py, compiled
+// The action types and their schemas are the gateway's (its UI action models, compiled
 // into tab-rules.js): each is compiled into a validator when this module loads; a view's
 // params schema, from `welcome`, the first time an open_view names it.
 
@@ -44,7 +44,8 @@ export function validateAction(action, views) {
 const TARGET = RULES.target;
 
 /** Whether an action aimed at an older revision still fits the current view: the gateway's
- * rule (gateway/tabs/actions.py's target_holds), read from its tables in tab-rules.js. */
+ * rule (its target recheck, beside the UI action models), read from its tables in
+ * tab-rules.js. */
 export function targetHolds(action, view) {
   if (TARGET.absolute.includes(action.type)) return true;
   const offered = view && view.available_actions;

@@ -2,8 +2,8 @@
 // action must pass (a view's params, and the fields the action schemas mark `x-label`).
 //
 // The rule itself (its patterns, depth bound and the words of its refusals) is the
-// gateway's, compiled from gateway/tabs/views.py into tab-rules.js; this module only
-// applies it.
+// gateway's, compiled from its view models into tab-rules.js; this module only applies
+// it.
 
 import { RULES } from "./tab-rules.js";
 

@@ -5,8 +5,9 @@
 // type, string lengths (in code points, as the gateway counts them) and pattern, number
 // bounds, array items and lengths, object properties, required and additionalProperties,
 // and the two rules a schema cannot say, marked `x-label` (the label rule) and `x-text`
-// (the text rule: no NUL), both the gateway's, from tab-rules.js. It is meant to refuse what the gateway's own validation refuses (the parity
-// test in e2e/ holds the two to the same verdicts), with a message naming where.
+// (the text rule: no NUL), both the gateway's, from tab-rules.js. It is meant to refuse
+// what the gateway's own validation refuses (the parity test of the real-browser suites
+// holds the two to the same verdicts), with a message naming where.
 
 import { unsafeReason } from "./labels.js";
 import { RULES } from "./tab-rules.js";
