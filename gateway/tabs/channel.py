@@ -186,19 +186,10 @@ class TabChannel:
         return self._approvals.show(conn.id, conn.tab_id, conn.revision, approval_id)
 
     def _approval(self, conn: _Conn, answer: frames.Approval) -> list[Effect]:
-        def refuse(reason: str, message: str) -> list[Effect]:
-            claimed = {
-                "approval_id": answer.id,
-                "claimed_task_id": answer.task_id,
-                "claimed_tab_id": answer.tab_id,
-                "claimed_revision": answer.revision,
-            }
-            return self._refuse(
-                conn, reason, message, frame_type="approval", details=claimed, request_id=answer.id
-            )
-
         verdict = self._approvals.answer(conn.id, conn.tab_id, answer)
-        return [verdict] if isinstance(verdict, Answer) else refuse(*verdict)
+        if isinstance(verdict, Answer):
+            return [verdict]
+        return self._refuse_answer(conn, answer, "approval_id", *verdict)
 
     # -- UI action requests -----------------------------------------------------------
 
@@ -334,20 +325,27 @@ class TabChannel:
     def _reply(self, conn: _Conn, reply: frames.Reply, now: float) -> list[Effect]:
         effects, refused = self._pending.reply(reply, conn=conn.id, tab_id=conn.tab_id, now=now)
         if refused is not None:
-            effects += self._refuse_reply(conn, reply, *refused)
+            effects += self._refuse_answer(conn, reply, "request_id", *refused)
         return effects
 
-    def _refuse_reply(
-        self, conn: _Conn, reply: frames.Reply, reason: str, message: str
+    def _refuse_answer(
+        self,
+        conn: _Conn,
+        answer: frames.Reply | frames.Approval,
+        id_key: str,
+        reason: str,
+        message: str,
     ) -> list[Effect]:
+        """Refuse a reply to a request, or an answer to an approval, recording what it
+        claimed to answer (its id under `id_key`, and the task, tab and revision it named)."""
         claimed = {
-            "request_id": reply.id,
-            "claimed_task_id": reply.task_id,
-            "claimed_tab_id": reply.tab_id,
-            "claimed_revision": reply.revision,
+            id_key: answer.id,
+            "claimed_task_id": answer.task_id,
+            "claimed_tab_id": answer.tab_id,
+            "claimed_revision": answer.revision,
         }
         return self._refuse(
-            conn, reason, message, frame_type="reply", details=claimed, request_id=reply.id
+            conn, reason, message, frame_type=answer.type, details=claimed, request_id=answer.id
         )
 
     def _state(self, conn: _Conn, state: frames.State) -> list[Effect]:
