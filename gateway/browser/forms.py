@@ -72,8 +72,22 @@ def _refuse_kind(kind: str, tool: str) -> ToolFailure:
     return unsupported(_INSTEAD[kind].format(tool=tool))
 
 
-def _keep_secret(session: BrowserSession, value: str, *, private: bool) -> None:
-    if value:
+def _keep_secret(
+    ctx: ToolContext,
+    session: BrowserSession,
+    input_field: str,
+    value: object,
+    *,
+    secret: bool,
+    private: bool,
+) -> None:
+    """What is typed into a private (password) field is a secret whether or not the input
+    said so: the call's evidence keeps only its length (`input_field`), and no snapshot of
+    the session shows it. A secret typed into a field that shows it (`secret` on a plain
+    text box) keeps screenshots out of the session's trace too."""
+    if private:
+        ctx.secret(input_field)
+    if (secret or private) and isinstance(value, str) and value:
         session.typed_secrets.add(value)
         if not private:
             session.visible_secrets = True
@@ -102,10 +116,9 @@ async def fill(ctx: ToolContext, args: FillInput) -> dict[str, Any]:
         navigations = session.navigations
         target = locator(session, args.ref)
         found = await field_kind(target)
-        if found["privateField"]:
-            ctx.secret("value")
-        if args.secret or found["privateField"]:
-            _keep_secret(session, args.value, private=found["privateField"])
+        _keep_secret(
+            ctx, session, "value", args.value, secret=args.secret, private=found["privateField"]
+        )
         if found["kind"] != "text":
             raise _refuse_kind(found["kind"], "browser.fill")
         await target.fill(args.value, timeout=ACTION_TIMEOUT_MS)
@@ -220,10 +233,8 @@ async def fill_form(ctx: ToolContext, args: FillFormInput) -> dict[str, Any]:
         navigations = session.navigations
         kinds = [await field_kind(locator(session, f.ref)) for f in args.fields]
         for field, found in zip(args.fields, kinds, strict=True):
-            if found["privateField"]:
-                ctx.secret("fields")
-            if (field.secret or found["privateField"]) and isinstance(field.value, str):
-                _keep_secret(session, field.value, private=found["privateField"])
+            private = found["privateField"]
+            _keep_secret(ctx, session, "fields", field.value, secret=field.secret, private=private)
         for field, found in zip(args.fields, kinds, strict=True):
             await _fill_one(session, field, found)
         return {
@@ -262,10 +273,7 @@ async def type_text(ctx: ToolContext, args: TypeInput) -> dict[str, Any]:
             private = found["privateField"]
             if found["kind"] in ("file", "select"):
                 raise _refuse_kind(found["kind"], "browser.type")
-        if private:
-            ctx.secret("text")
-        if args.secret or private:
-            _keep_secret(session, args.text, private=private)
+        _keep_secret(ctx, session, "text", args.text, secret=args.secret, private=private)
         if args.ref is not None:
             await target.press_sequentially(args.text, timeout=ACTION_TIMEOUT_MS)
         else:
