@@ -11,12 +11,13 @@ N pages load the app's page at once, round after round, each way in turn:
    above: admission, the settle, the snapshot it returns, evidence). A call turned away as
    `overloaded` is made again after the time it names, as the contract asks of a client.
 
-For each: p50 and p99 of a load, the CPU per load of this Python process (where the guard
-and the tools run) and of the Chromium tree (from /proc), the upstream connections the
-guard opened per load, and, from a profiled pass of the same loads, the share of this
-process's CPU spent in the guard (`guard_proxy`, `http_relay`, `jail`, `guard_host`
-code). Pages: the bench app's page (one document) and `/heavy` (a document with 40 scripts,
-styles and images, as a real app's first load has).
+For each: p50 and p99 of a load, the CPU per load of this Python process (where the tools
+run, and the guard when it runs on the gateway's loop), of the guard's own process (when
+the guard runs in one, `GATEWAY_BROWSER_GUARD_PROCESS`) and of the Chromium tree (from
+/proc), the upstream connections the guard opened per load, and, from a profiled pass of
+the same loads, the share of this process's CPU spent in the guard's code. Pages: the
+bench app's page (one document) and `/heavy` (a document with 40 scripts, styles and
+images, as a real app's first load has).
 
 With `--first-loads N`, instead: N first navigations of fresh tasks to `/heavy`, one at
 a time, on a gateway with a warm stock of contexts, alternating with raw Playwright's
@@ -46,17 +47,28 @@ from bench.report import cpu_quiet, summary, write
 from gateway.browser.memory import process_tree
 
 MS = 1e3
-GUARD_MODULES = ("guard_proxy", "http_relay", "jail.py", "guard_host")
+GUARD_MODULES = ("guard_proxy", "http_relay", "jail", "upstream.py", "guard_process", "guard_wire")
 
 
 def chromium_cpu_s(pid: int) -> float:
     """User + system CPU of a browser's process tree so far."""
-    total = 0
-    for child in process_tree(pid):
-        with contextlib.suppress(OSError, IndexError):
-            fields = Path(f"/proc/{child}/stat").read_text().rsplit(")", 1)[1].split()
-            total += int(fields[11]) + int(fields[12])
-    return total / os.sysconf("SC_CLK_TCK")
+    return sum(process_cpu_s(child) for child in process_tree(pid))
+
+
+def process_cpu_s(pid: int | None) -> float:
+    """User + system CPU of one process so far (0 for none)."""
+    if pid is None:
+        return 0.0
+    with contextlib.suppress(OSError, IndexError):
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return 0.0
+
+
+def guard_pid(process: Any) -> int | None:
+    """The guard process serving a browser's contexts, if its guards run in one."""
+    worker = process.jail.worker if process.jail is not None else None
+    return worker.pid if worker is not None else None
 
 
 Load = Callable[[int], Awaitable[None]]  # load the page in session i
@@ -81,13 +93,16 @@ async def measure(
     sessions: int,
     rounds: int,
     chromium_pid: int,
-    connections: Callable[[], int],
+    connections: Callable[[], Awaitable[int]],
+    guard_pid: int | None,
 ) -> dict[str, Any]:
     await asyncio.gather(*(load(i) for i in range(sessions)))  # renderers up, not counted
     await cpu_quiet()
-    opened0, py0, cr0 = connections(), time.process_time(), chromium_cpu_s(chromium_pid)
+    opened0, py0 = await connections(), time.process_time()
+    cr0, gp0 = chromium_cpu_s(chromium_pid), process_cpu_s(guard_pid)
     times = await rounds_of(load, sessions, rounds)
-    opened1, py1, cr1 = connections(), time.process_time(), chromium_cpu_s(chromium_pid)
+    opened1, py1 = await connections(), time.process_time()
+    cr1, gp1 = chromium_cpu_s(chromium_pid), process_cpu_s(guard_pid)
     loads = len(times)
     # A profiled pass of its own: the profiler's overhead stays out of the figures above.
     await cpu_quiet()
@@ -109,6 +124,7 @@ async def measure(
         "p99_ms": s["p99"] * MS,
         "python_cpu_ms_per_load": (py1 - py0) * MS / loads,
         "chromium_cpu_ms_per_load": (cr1 - cr0) * MS / loads,
+        "guard_process_cpu_ms_per_load": (gp1 - gp0) * MS / loads,
         "upstream_connections_per_load": (opened1 - opened0) / loads,
         "guard_share_of_python_cpu": guard / total if total else 0.0,
     }
@@ -116,7 +132,8 @@ async def measure(
 
 async def run(sessions: int, rounds: int, paths: list[str]) -> int:
     from gateway.browser import BrowserPool
-    from gateway.browser.guard_proxy import OriginProxy
+    from gateway.browser.guard_proxy import ContextGuard
+    from gateway.browser.jail import open_guard
     from gateway.core.tokens import Purpose
 
     rows: list[dict[str, Any]] = []
@@ -139,15 +156,17 @@ async def run(sessions: int, rounds: int, paths: list[str]) -> int:
                         ("raw Playwright + guard on loopback", raw, True),
                         ("jailed Chromium + guard", jailed, True),
                     ):
-                        proxies: list[OriginProxy] = []
+                        proxies: list[ContextGuard] = []
                         contexts: list[Any] = []
                         pages: list[Any] = []
                         for _ in range(sessions):
                             options: dict[str, Any] = {}
                             if guarded:
-                                proxy = OriginProxy(lambda _blocked: None)
-                                await proxy.start(process.jail, process.pid)
+                                proxy = await open_guard(
+                                    process.jail, process.pid, lambda _blocked: None
+                                )
                                 proxy.allow(frozenset({app}))
+                                await proxy.synced()
                                 proxies.append(proxy)
                                 options["proxy"] = {"server": proxy.url}
                             context = await process.browser.new_context(**options)
@@ -157,8 +176,8 @@ async def run(sessions: int, rounds: int, paths: list[str]) -> int:
                         async def goto(i: int, pages: list[Any] = pages, url: str = url) -> None:
                             await pages[i].goto(url)
 
-                        def guard_opened(proxies: list[OriginProxy] = proxies) -> int:
-                            return sum(p.opened for p in proxies)
+                        async def guard_opened(proxies: list[ContextGuard] = proxies) -> int:
+                            return sum([(await p.counts()).opened for p in proxies])
 
                         rows.append(
                             await measure(
@@ -168,6 +187,7 @@ async def run(sessions: int, rounds: int, paths: list[str]) -> int:
                                 rounds,
                                 process.pid or 0,
                                 guard_opened,
+                                guard_pid(process),
                             )
                         )
                         for context in contexts:
@@ -200,11 +220,13 @@ async def run(sessions: int, rounds: int, paths: list[str]) -> int:
                         if not result.ok:
                             raise RuntimeError(f"navigate failed: {result.error}")
 
-                    def opened(tasks: list[tuple[str, str]] = tasks) -> int:
+                    async def opened(tasks: list[tuple[str, str]] = tasks) -> int:
                         return sum(
-                            session.proxy.opened
-                            for task_id, _ in tasks
-                            if (session := pool.session(task_id)) is not None
+                            [
+                                (await session.proxy.counts()).opened
+                                for task_id, _ in tasks
+                                if (session := pool.session(task_id)) is not None
+                            ]
                         )
 
                     row = await measure(
@@ -214,6 +236,7 @@ async def run(sessions: int, rounds: int, paths: list[str]) -> int:
                         rounds,
                         jailed.pid,
                         opened,
+                        guard_pid(jailed),
                     )
                     row["shed_and_retried"] = bench.shed
                     row["failed_and_retried"] = len(failures)

@@ -60,6 +60,9 @@ class BrowserProcessesConfig:
     ws_endpoint: str | None = None
     ws_endpoints: tuple[str, ...] = ()
     network_jail: bool = True
+    # The jailed browsers' guard proxies in a process of their own (else on the gateway's
+    # event loop).
+    guard_process: bool = True
     user: str | None = None
     executable: str | None = None
 
@@ -173,6 +176,7 @@ def browser_processes_config(settings: Settings) -> BrowserProcessesConfig:
         ws_endpoint=settings.browser_ws_endpoint,
         ws_endpoints=tuple(settings.browser_ws_endpoints),
         network_jail=settings.browser_network_jail,
+        guard_process=settings.browser_guard_process,
         user=settings.browser_user,
         executable=settings.browser_executable,
     )

@@ -70,6 +70,10 @@ class Settings(BaseSettings):
     # WebRTC then have a way around the guard). As root it runs as `browser_user`
     # (default: `gateway-browser`, else `nobody`) with its own sandbox on.
     browser_network_jail: bool = True
+    # The guard proxies of jailed browsers run in a process of their own, so the bytes of
+    # the task's pages do not go through the event loop that serves tool calls; off, they
+    # run on it (one process fewer).
+    browser_guard_process: bool = True
     # Launch Chromium when the gateway starts (else on the first browser call).
     browser_launch_at_start: bool = True
     browser_user: str | None = None

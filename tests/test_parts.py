@@ -114,6 +114,7 @@ def test_browser_pool_env_names(
             ("ws://a:1/x", "ws://b:2/y"),
         ),
         ("GATEWAY_BROWSER_NETWORK_JAIL", "false", "network_jail", False),
+        ("GATEWAY_BROWSER_GUARD_PROCESS", "false", "guard_process", False),
         ("GATEWAY_BROWSER_USER", "chromium", "user", "chromium"),
         ("GATEWAY_BROWSER_EXECUTABLE", "/opt/chrome", "executable", "/opt/chrome"),
     ],

@@ -23,8 +23,8 @@ import socket
 from playwright.async_api import Browser, BrowserContext, Page
 from playwright.async_api import Error as PlaywrightError
 
-from .guard_proxy import BlockedRequest, OriginProxy
-from .jail import BrowserJail
+from .guard_proxy import BlockedRequest
+from .jail import BrowserJail, open_guard
 
 PROBE_PATH = "/gateway-guard-probe"
 PROBE_TIMEOUT_MS = 10_000
@@ -69,8 +69,8 @@ async def probe_guard(browser: Browser, jail: BrowserJail | None, pid: int | Non
             if request.target == url:
                 seen.set()
 
-        proxy = OriginProxy(blocked)  # allows no origin: the probe is refused, not forwarded
-        await proxy.start(jail, pid)
+        # A guard that allows no origin: the probe is refused, not forwarded.
+        proxy = await open_guard(jail, pid, blocked)
         context: BrowserContext | None = None
         try:
             context = await browser.new_context(proxy={"server": proxy.url})

@@ -30,18 +30,26 @@ import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Protocol
 from urllib.parse import urlsplit
 
 from gateway.core.origins import OriginError, origin_of
 
 from .app_link import Opener
-from .http_relay import HOP_BY_HOP, parse_head, partial, pipe_both, relay_body, relay_response
-from .jail import GUARD_PORT, BrowserJail
+from .http_relay import (
+    HOP_BY_HOP,
+    MAX_HEAD_BYTES,
+    parse_head,
+    partial,
+    pipe_both,
+    relay_body,
+    relay_response,
+)
+from .jail_routes import GUARD_PORT, JailRoutes
 from .upstream import Upstreams
 
 log = logging.getLogger(__name__)
 
-MAX_HEAD_BYTES = 64 * 1024
 HEAD_TIMEOUT_S = 30.0
 CONNECT_TIMEOUT_S = 10.0
 _METHOD = re.compile(r"^[A-Z]{1,16}$")
@@ -55,6 +63,44 @@ class BlockedRequest:
     method: str
     navigation: bool
     at: float
+
+
+@dataclass(frozen=True)
+class GuardCounts:
+    """What one context's guard has done so far."""
+
+    forwarded: int  # requests and tunnels let out
+    blocked: int  # requests and tunnels refused
+    opened: int  # upstream connections opened
+    kept: int  # upstream connections kept open, idle, for the next request
+
+
+class ContextGuard(Protocol):
+    """One task context's guard, wherever it runs (here, or in the guard process): the
+    proxy its context is told to use, and what it lets out."""
+
+    @property
+    def url(self) -> str: ...
+
+    @property
+    def allowed(self) -> frozenset[str]: ...
+
+    def allow(self, origins: frozenset[str]) -> None:
+        """Set the origins to forward to (a warm context starts with none)."""
+        ...
+
+    def route(self, origin: str, opener: Opener) -> None:
+        """Reach `origin` through `opener` instead of a TCP connection (it is still
+        forwarded only while it is allowed)."""
+        ...
+
+    async def synced(self) -> None:
+        """Wait until what `allow` and `route` said holds for the next connection."""
+        ...
+
+    async def counts(self) -> GuardCounts: ...
+
+    async def close(self) -> None: ...
 
 
 def authority_of(origin: str) -> tuple[str, int]:
@@ -98,14 +144,16 @@ class OriginProxy:
         on_block: Callable[[BlockedRequest], None],
         *,
         host: str = "127.0.0.1",
+        on_close: Callable[[], None] | None = None,
     ) -> None:
         self._on_block = on_block
+        self._on_close = on_close
         self._host = host
         self._allowed: frozenset[str] = frozenset()
         self._authorities: frozenset[tuple[str, int]] = frozenset()
         self._routes: dict[tuple[str, int], Opener] = {}
         self._server: asyncio.Server | None = None
-        self._jailed: tuple[BrowserJail, str] | None = None
+        self._jailed: tuple[JailRoutes, str] | None = None
         self._url: str | None = None
         self._handlers: set[asyncio.Task[None]] = set()
         self.forwarded = 0
@@ -149,20 +197,28 @@ class OriginProxy:
             asyncio.open_connection(authority[0].strip("[]"), authority[1]), CONNECT_TIMEOUT_S
         )
 
-    async def start(self, jail: BrowserJail | None = None, pid: int | None = None) -> str:
-        """Listen on a port of the gateway's loopback, or, for a jailed browser, on a
-        loopback address of its own in the jail of browser `pid` (None: any jail)."""
-        if jail is not None:
-            address = jail.route(self._accept, pid)
-            self._jailed = (jail, address)
-            self._url = f"http://{address}:{GUARD_PORT}"
-        else:
-            self._server = await asyncio.start_server(
-                self._accept, self._host, 0, limit=MAX_HEAD_BYTES
-            )
-            port = self._server.sockets[0].getsockname()[1]
-            self._url = f"http://{self._host}:{port}"
+    async def start(self) -> str:
+        """Listen on a port of the gateway's loopback (a browser outside any jail)."""
+        self._server = await asyncio.start_server(self._accept, self._host, 0, limit=MAX_HEAD_BYTES)
+        port = self._server.sockets[0].getsockname()[1]
+        self._url = f"http://{self._host}:{port}"
         return self._url
+
+    def attach(self, routes: JailRoutes, address: str, pid: int | None) -> str:
+        """Answer at `address` of the jail of browser `pid` (None: any jail) among the
+        jails `routes` serves, instead of listening."""
+        routes.add(address, self._accept, pid)
+        self._jailed = (routes, address)
+        self._url = f"http://{address}:{GUARD_PORT}"
+        return self._url
+
+    async def synced(self) -> None:
+        """What `allow` and `route` said holds for the next connection (at once, here)."""
+
+    async def counts(self) -> GuardCounts:
+        return GuardCounts(
+            forwarded=self.forwarded, blocked=self.blocked, opened=self.opened, kept=self.kept
+        )
 
     @property
     def url(self) -> str:
@@ -172,9 +228,12 @@ class OriginProxy:
 
     async def close(self) -> None:
         if self._jailed is not None:
-            jail, address = self._jailed
-            jail.unroute(address)
+            routes, address = self._jailed
+            routes.remove(address)
             self._jailed = None
+        if self._on_close is not None:
+            self._on_close()
+            self._on_close = None
         if self._server is not None:
             self._server.close()
         self._upstreams.close()

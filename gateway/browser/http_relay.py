@@ -11,6 +11,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 
+# The longest message head the guard reads (a request's, a response's): past it, 431.
+MAX_HEAD_BYTES = 64 * 1024
 # Bodies are relayed in reads of up to this much: a response's bytes cost one read and
 # one write per chunk that the kernel hands over, not per line.
 _CHUNK = 256 * 1024

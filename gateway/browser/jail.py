@@ -2,11 +2,16 @@
 
 A jailed Chromium lives in a network namespace whose only interface is its own loopback.
 The one socket listening there (port `GUARD_PORT`, every loopback address) is handed to
-this object over a unix socket, and served from here: each task context's proxy setting
-names a loopback address of its own (`http://127.x.y.z:4`), and a connection is routed to
-the guard proxy of the context that owns the address it came to. So the only destination
-a jailed browser can reach is a guard proxy; the guard's own upstream connections are made
-from the gateway's network, where the task's allowed origins are.
+this object over a unix socket, and served outside the jail: each task context's proxy
+setting names a loopback address of its own (`http://127.x.y.z:4`), and a connection is
+routed to the guard proxy of the context that owns the address it came to
+(`jail_routes.py`). So the only destination a jailed browser can reach is a guard proxy;
+the guard's own upstream connections are made from the gateway's network, where the
+task's allowed origins are.
+
+The guard proxies run in a process of their own (`guard_process.py`, the default), or,
+with `guard_process` off, on the gateway's event loop; either way `guard` gives a context
+its `ContextGuard`, and the rules are the same code.
 
 The launcher script (`launcher`) is what Playwright is told to run as the browser. A
 browser whose jail did not report here is never used (`registered`).
@@ -24,23 +29,19 @@ import shlex
 import socket
 import sys
 import tempfile
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import netjail
+from .guard_process import GuardProcess, GuardUnavailable, OnBlock
+from .guard_proxy import ContextGuard, OriginProxy
+from .jail_routes import GUARD_PORT, JailRoutes
 
 log = logging.getLogger(__name__)
 
-# The guard's port inside every jail. Low and unassigned: a browser that is not in a jail
-# and is handed such an address finds nothing listening on the host (a refusal), and it is
-# not on Chromium's list of ports it refuses to use.
-GUARD_PORT = 4
 REGISTER_TIMEOUT_S = 10.0
 DEFAULT_BROWSER_USER = "gateway-browser"
 FALLBACK_BROWSER_USER = "nobody"
-
-Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
 
 
 class JailUnavailable(RuntimeError):
@@ -71,30 +72,23 @@ def network_namespace(pid: int | str) -> int | None:
 
 
 @dataclass
-class _Jail:
-    pid: int
-    server: asyncio.Server
-
-
-@dataclass
-class _Route:
-    handler: Handler
-    pid: int | None  # the jail this address belongs to; None: any (a remote's jail)
-
-
-@dataclass
 class BrowserJail:
-    """Serves the guard sockets of jailed browsers; allocates each context an address."""
+    """Takes the guard sockets of jailed browsers as they report in, has them served (by
+    the guard process, or here), and gives each context a guard at an address of its own."""
 
     user: str | None = None
+    # The guard proxies in a process of their own (else on this event loop).
+    guard_process: bool = False
     _dir: Path | None = None
     _control: socket.socket | None = None
     _accepting: asyncio.Task[None] | None = None
-    _jails: dict[int, _Jail] = field(default_factory=dict)
     _arrived: dict[int, asyncio.Event] = field(default_factory=dict)
-    _routes: dict[str, _Route] = field(default_factory=dict)
+    _jailed: set[int] = field(default_factory=set)  # browsers whose socket is served
+    _addresses: set[str] = field(default_factory=set)  # given to a context, not yet back
     _next: int = 0
     _registering: set[asyncio.Future[None]] = field(default_factory=set)
+    _routes: JailRoutes = field(default_factory=JailRoutes)  # served here
+    _worker: GuardProcess | None = None  # or by the guard process
 
     async def start(self) -> None:
         if self._control is not None:
@@ -107,6 +101,15 @@ class BrowserJail:
         control.listen(64)
         control.setblocking(False)
         self._control = control
+        if self.guard_process:
+            worker = GuardProcess()
+            try:
+                await worker.start()
+            except GuardUnavailable as exc:
+                control.close()
+                self._control = None
+                raise JailUnavailable(str(exc)) from exc
+            self._worker = worker
         self._accepting = asyncio.ensure_future(self._accept_forever(control))
         launcher = self._dir / "chromium"
         launcher.write_text(
@@ -124,10 +127,12 @@ class BrowserJail:
         if self._control is not None:
             self._control.close()
             self._control = None
-        for jail in list(self._jails.values()):
-            jail.server.close()
-        self._jails.clear()
-        self._routes.clear()
+        if self._worker is not None:
+            await self._worker.close()
+            self._worker = None
+        self._routes.close()
+        self._jailed.clear()
+        self._addresses.clear()
         if self._dir is not None:
             for name in ("control.sock", "chromium"):
                 with contextlib.suppress(OSError):
@@ -177,14 +182,11 @@ class BrowserJail:
             guard = socket.socket(fileno=fds[0])
             for extra in fds[1:]:
                 os.close(extra)
-            guard.setblocking(False)
-            server = await asyncio.start_server(
-                lambda r, w: self._route(pid, r, w), sock=guard, limit=64 * 1024
-            )
-            old = self._jails.pop(pid, None)
-            if old is not None:
-                old.server.close()
-            self._jails[pid] = _Jail(pid, server)
+            if self._worker is not None:
+                self._worker.serve_jail(pid, guard)
+            else:
+                await self._routes.serve(pid, guard)
+            self._jailed.add(pid)
             self._arrived.setdefault(pid, asyncio.Event()).set()
             link.setblocking(False)
             with contextlib.suppress(OSError):
@@ -195,42 +197,54 @@ class BrowserJail:
         event = self._arrived.setdefault(pid, asyncio.Event())
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(event.wait(), timeout_s)
-        return pid in self._jails
+        return pid in self._jailed
 
     def forget(self, pid: int) -> None:
         """The browser `pid` is gone: stop serving its socket."""
-        jail = self._jails.pop(pid, None)
         self._arrived.pop(pid, None)
-        if jail is not None:
-            jail.server.close()
+        self._jailed.discard(pid)
+        if self._worker is not None:
+            self._worker.forget_jail(pid)
+        else:
+            self._routes.forget(pid)
 
-    # -- routing --------------------------------------------------------------------------
+    @property
+    def worker(self) -> GuardProcess | None:
+        """The guard process, when the guards run in one."""
+        return self._worker
 
-    def route(self, handler: Handler, pid: int | None) -> str:
-        """A fresh loopback address for one context; its connections go to `handler`."""
+    # -- guards ----------------------------------------------------------------------------
+
+    def guard(self, on_block: OnBlock, pid: int | None) -> ContextGuard:
+        """A fresh guard for one context of browser `pid` (None: of any jail, a remote
+        browser's), at a loopback address of its own; it allows nothing until told."""
+        address = self._allocate()
+        if self._worker is not None:
+            return self._worker.open(address, pid, on_block, self._addresses.discard)
+        proxy = OriginProxy(on_block, on_close=lambda: self._addresses.discard(address))
+        proxy.attach(self._routes, address, pid)
+        return proxy
+
+    def _allocate(self) -> str:
         for _ in range(1 << 24):
             self._next = (self._next % ((1 << 24) - 2)) + 1
             # 127.0.0.0/16 is left alone (127.0.0.1 is everyone's loopback).
             value = self._next + (1 << 16)
             address = f"127.{(value >> 16) & 255}.{(value >> 8) & 255}.{value & 255}"
-            if address not in self._routes and not address.endswith((".0", ".255")):
-                self._routes[address] = _Route(handler, pid)
+            if address not in self._addresses and not address.endswith((".0", ".255")):
+                self._addresses.add(address)
                 return address
         raise JailUnavailable("no free guard address")
 
-    def unroute(self, address: str) -> None:
-        self._routes.pop(address, None)
 
-    async def _route(
-        self, pid: int, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
-    ) -> None:
-        local = writer.get_extra_info("sockname")
-        route = self._routes.get(local[0]) if local else None
-        if route is None or route.pid not in (pid, None):
-            # An address no context of this browser owns: nothing to say to it.
-            writer.close()
-            return
-        await route.handler(reader, writer)
+async def open_guard(jail: BrowserJail | None, pid: int | None, on_block: OnBlock) -> ContextGuard:
+    """The guard of a new context of browser `pid`: in `jail`, or, for a browser outside
+    any jail, a proxy on a port of the gateway's loopback."""
+    if jail is not None:
+        return jail.guard(on_block, pid)
+    proxy = OriginProxy(on_block)
+    await proxy.start()
+    return proxy
 
 
 def _receive_fds(link: socket.socket) -> tuple[bytes, list[int]]:

@@ -119,7 +119,7 @@ class BrowserProcesses:
         # The jail every browser of this pool runs in (a test may share one with a remote
         # server it launches itself); None when the setting turns the jail off.
         if jail is None and config.network_jail:
-            jail = BrowserJail(config.user)
+            jail = BrowserJail(config.user, guard_process=config.guard_process)
         self.jail = jail
         self._playwright: Playwright | None = None
         self._slots: list[BrowserProcess | None] = [None] * self.count

@@ -50,7 +50,8 @@ from .calls import SNAPSHOT_TIMEOUT_MS
 from .dialog_state import PendingDialog
 from .errors import map_playwright_error
 from .evidence import CLOSE_TIMEOUT_S, EvidenceSink, save_trace
-from .guard_proxy import BlockedRequest, OriginProxy
+from .guard_proxy import BlockedRequest
+from .jail import open_guard
 from .policy import BLANK, page_url_allowed
 from .processes import BrowserProcess
 from .session_state import SessionOptions, SessionState
@@ -89,8 +90,7 @@ class BrowserSession(SessionState):
             if holder:
                 page_guard.proxy_blocked(holder[0], request)
 
-        proxy = OriginProxy(blocked)
-        await proxy.start(process.jail, process.pid)
+        proxy = await open_guard(process.jail, process.pid, blocked)
         context: BrowserContext | None = None
         video = VideoRecording() if record_video else None
         try:
@@ -167,6 +167,7 @@ class BrowserSession(SessionState):
         if opener is not None:
             self.proxy.route(identity.sandbox.app_origin, opener)
         self.proxy.allow(identity.sandbox.origins)
+        await self.proxy.synced()
         self.signals.allowed = lambda url: page_url_allowed(url, self.origins)
         self.last_used = time.monotonic()
         if self.trace:
