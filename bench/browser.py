@@ -16,7 +16,8 @@ measured on its own process tree.
    the browser's action slots are turned away as `overloaded`; each is made again after
    the time it names (counted as `shed_and_retried`), as the contract asks of a client.
 3. Memory per live task (a context with one page on the app): PSS of the Chromium process
-   tree from /proc, against raw Playwright's per-context cost. Goal: within 1.1x.
+   tree from /proc (and, for the gateway, of its guard process), against raw Playwright's
+   per-context cost. Goal: within 1.1x.
 4. What the jail adds: the same tasks (`JAIL_TASKS` of them) through a gateway on the jailed
    Chromium and through one on a Chromium outside the jail, memory per task and per
    renderer process, side by side.
@@ -313,8 +314,13 @@ async def measure_load(bench: Bench, tasks: int) -> tuple[list[dict[str, Any]], 
     assert gw_pid is not None, "memory is measured on a local Chromium"
     assert raw_pid is not None, "memory is measured on a local Chromium"
 
+    jail = bench.processes.jail
+    guard_pid = jail.worker.pid if jail is not None and jail.worker is not None else None
+
     def browser_pss(pid: int) -> float:
-        return pss_kib(process_tree(pid)) / MIB
+        # The gateway's browser is its Chromium and the guard process serving its contexts.
+        guard = [guard_pid] if pid == gw_pid and guard_pid is not None else []
+        return pss_kib([*process_tree(pid), *guard]) / MIB
 
     def renderers(pid: int) -> int:
         count = 0

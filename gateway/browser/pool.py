@@ -30,7 +30,7 @@ from gateway.core.results import ErrorCode, ToolStatus
 from gateway.core.storage_state import StorageState
 from gateway.parts import BrowserPoolConfig
 
-from .admission import PageAdmission, task_starts
+from .admission import RUN_MARGIN_S, PageAdmission, task_starts
 from .app_link import AppLink
 from .errors import browser_unavailable
 from .lanes import ProcessLanes
@@ -226,8 +226,43 @@ class BrowserPool:
                 )
             opening = asyncio.ensure_future(self._open_for(identity, time_left))
             self._opening[task_id] = opening
-            opening.add_done_callback(lambda _t: self._opening.pop(task_id, None))
-        return await asyncio.shield(opening)
+            opening.add_done_callback(lambda t: self._opened(task_id, t))
+        # The call waits for its context only as long as it would still have time for its
+        # action after it: past that it ends now, nothing done, and the context goes on
+        # opening for the task's next call (a call that timed out in its start told the
+        # caller nothing, and spent its whole deadline).
+        within = time_left - self._first_action_s()
+        try:
+            return await asyncio.wait_for(
+                asyncio.shield(opening), max(0.0, within) if math.isfinite(within) else None
+            )
+        except TimeoutError:
+            raise self._still_opening() from None
+
+    def _first_action_s(self) -> float:
+        """What a task's first action is expected to take once its context is open: the
+        slowest recent action of the pool's processes, and what a call does besides."""
+        return max(a.slowest_s() for a in self.admissions) + RUN_MARGIN_S
+
+    def _still_opening(self) -> ToolFailure:
+        self.starts.shed += 1
+        if self.starts.on_shed is not None:
+            self.starts.on_shed()
+        return ToolFailure(
+            ToolStatus.UNAVAILABLE,
+            ErrorCode.OVERLOADED,
+            "the task's browser is still being opened and would not serve this call in "
+            "time (the browser is overloaded); nothing was done, the next call finds it",
+            retryable=True,
+            details={"retry_after_s": max(1, math.ceil(self.starts.slowest_s()))},
+        )
+
+    def _opened(self, task_id: str, opening: asyncio.Future[BrowserSession]) -> None:
+        self._opening.pop(task_id, None)
+        # A start whose caller stopped waiting has nobody to tell of its failure: the
+        # task's next call opens another.
+        if not opening.cancelled():
+            opening.exception()
 
     async def _open_for(self, identity: TaskIdentity, time_left: float) -> BrowserSession:
         # Admission for starts: the slot is released when the task's first call is over,
