@@ -26,6 +26,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .app_link import Opener
+from .errors import browser_unavailable
 from .guard_proxy import BlockedRequest, GuardCounts
 from .guard_wire import Message, Wire, WireClosed, pair
 from .jail_routes import GUARD_PORT
@@ -78,10 +79,10 @@ class WorkerGuard:
     async def synced(self) -> None:
         """Wait until the process holds what `allow` and `route` said: the context's next
         connection is judged by them."""
-        await self.host.ask({"op": "synced"})
+        await self._ask({"op": "synced"})
 
     async def counts(self) -> GuardCounts:
-        answer, _ = await self.host.ask({"op": "counts", "address": self.address})
+        answer = await self._ask({"op": "counts", "address": self.address})
         return GuardCounts(
             forwarded=int(answer["forwarded"]),
             blocked=int(answer["blocked"]),
@@ -94,6 +95,17 @@ class WorkerGuard:
         with contextlib.suppress(WireClosed):
             await self.host.ask({"op": "close", "address": self.address})
         self._release(self.address)
+
+    async def _ask(self, message: Message) -> Message:
+        try:
+            answer, fds = await self.host.ask(message)
+        except WireClosed as exc:
+            raise browser_unavailable(f"the browser's guard is not running ({exc})") from exc
+        for fd in fds:
+            socket.socket(fileno=fd).close()
+        if "error" in answer:
+            raise browser_unavailable(f"the browser's guard refused: {answer['error']}")
+        return answer
 
     def told(self) -> list[Message]:
         """What a (new) process must be told of this context, in order."""
@@ -118,6 +130,7 @@ class GuardProcess:
         self._wire: Wire | None = None
         self._watching: asyncio.Task[None] | None = None
         self._connecting: set[asyncio.Task[None]] = set()
+        self._running = asyncio.Event()  # a process is up and told everything
         self._closing = False
 
     @property
@@ -131,6 +144,7 @@ class GuardProcess:
 
     async def close(self) -> None:
         self._closing = True
+        self._running.clear()
         if self._watching is not None:
             self._watching.cancel()
             self._watching = None
@@ -182,9 +196,22 @@ class GuardProcess:
             self._wire.send(message, fds)
 
     async def ask(self, message: Message) -> tuple[Message, list[int]]:
-        if self._wire is None:
-            raise WireClosed("the guard process is not running")
-        return await self._wire.ask(message)
+        """Ask the running process; while one is being started again, wait for it (a
+        while), as a browser's connections wait in their jail socket's queue."""
+        for last in (False, True):
+            if self._wire is None and not self._closing:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._running.wait(), START_TIMEOUT_S)
+            if self._wire is None:
+                raise WireClosed("the guard process is not running")
+            try:
+                return await self._wire.ask(message)
+            except WireClosed:
+                # It died with the question asked: the next process, told everything
+                # again, is asked once more (each question is one that may be repeated).
+                if last or self._closing:
+                    raise
+        raise AssertionError("unreachable")
 
     # -- the process -----------------------------------------------------------------------
 
@@ -238,6 +265,7 @@ class GuardProcess:
             for message in context.told():
                 wire.send(message)
         self._watching = asyncio.ensure_future(self._watch(process))
+        self._running.set()
 
     async def _watch(self, process: asyncio.subprocess.Process) -> None:
         code = await process.wait()
@@ -247,6 +275,7 @@ class GuardProcess:
     def _lost(self, why: str) -> None:
         """The process is gone while the jail runs: start another, told everything."""
         log.error("the guard process is gone (%s); starting it again", why)
+        self._running.clear()
         wire, self._wire = self._wire, None
         if wire is not None:
             wire.close()

@@ -65,6 +65,19 @@ class GuardWorker:
         task.add_done_callback(self._tasks.discard)
 
     def _on_message(self, message: Message, fds: list[int]) -> None:
+        try:
+            self._handle(message, fds)
+        except (KeyError, ValueError, TypeError) as exc:
+            # A context closed meanwhile, or a message this version does not know: a
+            # question still gets its answer, so nobody waits for one that never comes.
+            log.error("a guard message could not be handled: %r", exc)
+            if "id" in message:
+                self.wire.answer(message, {"error": f"{type(exc).__name__}: {exc}"})
+        finally:
+            for fd in fds:  # sockets no message kept
+                os.close(fd)
+
+    def _handle(self, message: Message, fds: list[int]) -> None:
         op = message.get("op")
         if op == "jail":
             pid = int(message["pid"])
@@ -94,9 +107,7 @@ class GuardWorker:
                 },
             )
         else:
-            log.error("the guard process got an unknown message %.100r", op)
-        for fd in fds:  # sockets no message kept
-            os.close(fd)
+            raise ValueError(f"unknown message {str(op)[:100]!r}")
 
     def _proxy(self, message: Message) -> OriginProxy:
         return self.proxies[str(message["address"])]

@@ -16,6 +16,7 @@ import pytest
 from playwright.async_api import Page
 
 from gateway.browser import BrowserProcesses
+from gateway.browser.guard_process import GuardProcess
 from gateway.browser.guard_proxy import BlockedRequest, ContextGuard
 from gateway.browser.jail import open_guard
 from gateway.testing.waiting import until
@@ -148,3 +149,35 @@ async def test_a_guard_process_that_dies_is_started_again_as_it_was(
                 await page.goto(sites.foreign + "/", timeout=5000)
             assert [b.target for b in blocked] == [sites.foreign + "/"]
     assert sites.log.requests == []
+
+
+async def test_a_question_the_guard_process_cannot_answer_is_answered_with_why() -> None:
+    process = GuardProcess()
+    await process.start()
+    try:
+        answer, _ = await process.ask({"op": "counts", "address": "127.9.9.9"})
+        assert "KeyError" in answer["error"]
+        answer, _ = await process.ask({"op": "no such thing"})
+        assert "unknown message" in answer["error"]
+        # And it is still serving.
+        answer, _ = await process.ask({"op": "synced"})
+        assert "error" not in answer
+    finally:
+        await process.close()
+
+
+async def test_a_question_asked_as_the_guard_process_dies_is_answered_by_the_next(
+    task_chromium: BrowserProcesses,
+) -> None:
+    jail = task_chromium.jail
+    assert jail is not None and jail.worker is not None
+    worker = jail.worker
+    with threaded_app() as (origin, _arrivals):
+        async with guarded_page(task_chromium, origin, []) as (guard, _page):
+            pid = worker.pid
+            assert pid is not None
+            os.kill(pid, signal.SIGKILL)
+            # No wait for the restart: the question waits for the next process.
+            await guard.synced()
+            assert (await guard.counts()).blocked == 0
+            assert worker.pid not in (None, pid)

@@ -51,7 +51,7 @@ async def test_a_call_is_turned_away_while_its_context_is_still_opening(
         assert refused.value.tool_status is ToolStatus.UNAVAILABLE
         assert refused.value.code == ErrorCode.OVERLOADED
         assert refused.value.retryable
-        assert refused.value.details["retry_after_s"] >= 1
+        assert (refused.value.details or {}).get("retry_after_s", 0) >= 1
         assert "nothing was done" in refused.value.message
         assert pool.starts.shed == shed_before + 1
         assert pool.live_count() == 0
