@@ -304,10 +304,13 @@ async def call_statuses(
     control: dict[str, str],
     task_id: str,
     timeouts: Counter[str] | None = None,
+    waits: dict[str, list[float]] | None = None,
 ) -> Counter[str]:
     """The statuses of the task's evidence records of kind `call`, page by page (counted,
     not kept: the records themselves would weigh on the memory this test measures).
-    `timeouts` counts the timed-out calls' tools and the start of their messages."""
+    `timeouts` counts the timed-out calls' tools and the start of their messages; `waits`
+    gets, by door, how long each admitted call waited in the gateway's own queues (its
+    evidence's `admission.waited_ms`, 0 for one that did not wait)."""
     found: Counter[str] = Counter()
     after = 0
     while True:
@@ -327,6 +330,13 @@ async def call_statuses(
                 for r in calls
                 if r["status"] == "timeout"
             )
+        if waits is not None:
+            for r in calls:
+                admission = (r.get("context") or {}).get("admission") or {}
+                if (r.get("error") or {}).get("code") != "overloaded":
+                    waits.setdefault(str(r.get("door")), []).append(
+                        float(admission.get("waited_ms", 0.0))
+                    )
         after = max(int(r["seq"]) for r in records)
 
 

@@ -38,6 +38,7 @@ from tests.load.harness import (
     call_statuses,
     dashboard_contexts,
     dump,
+    percentile,
     rss_bytes,
     seed_workspace,
     settled_rss,
@@ -192,8 +193,11 @@ async def run(shape: Shape, live: Live, sites: Sites, browser: Any) -> None:
 
         # One evidence record per call, for every task (plus the seeding write).
         timeouts: Counter[str] = Counter()
+        waits: dict[str, list[float]] = {}
         per_task = {
-            task.task_id: await call_statuses(live.http, live.control, task.task_id, timeouts)
+            task.task_id: await call_statuses(
+                live.http, live.control, task.task_id, timeouts, waits
+            )
             for task in tasks
         }
         for task_id, statuses in per_task.items():
@@ -216,6 +220,16 @@ async def run(shape: Shape, live: Live, sites: Sites, browser: Any) -> None:
         timeouts_recorded=dict(timeouts.most_common(12)),
         idle_doors=idle.ledger.figures()["doors"],
         admitted_p99_vs_idle=ledger.against(idle.ledger),
+        # What admitted calls waited in the gateway's queues (the rest of their time is
+        # the work itself, on a machine the run keeps busy).
+        queue_wait_ms={
+            door: {
+                "p50": round(percentile(ms, 50), 1),
+                "p99": round(percentile(ms, 99), 1),
+                "max": round(max(ms), 1),
+            }
+            for door, ms in sorted(waits.items())
+        },
     )
     print("\nload figures:", json.dumps(figures, indent=2))
     if shape is FULL:
