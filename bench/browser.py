@@ -17,7 +17,9 @@ measured on its own process tree.
    the time it names (counted as `shed_and_retried`), as the contract asks of a client.
 3. Memory per live task (a context with one page on the app): PSS of the Chromium process
    tree from /proc (and, for the gateway, of its guard process), against raw Playwright's
-   per-context cost. Goal: within 1.1x.
+   per-context cost, once with the N tasks above opened at once and in paired rounds of a
+   few tasks opened one after another, whose median ratio the goal is judged on (within
+   1.1x).
 4. What the jail adds: the same tasks (`JAIL_TASKS` of them) through a gateway on the jailed
    Chromium and through one on a Chromium outside the jail, memory per task and per
    renderer process, side by side.
@@ -48,6 +50,9 @@ START_GOAL_COLD = 1.1
 START_GOAL_WARM = 0.5
 MEMORY_GOAL = 1.1
 JAIL_TASKS = 8
+# Paired memory rounds, and the tasks each side opens in one.
+MEMORY_ROUNDS = 3
+MEMORY_TASKS = 8
 RAW_TIMEOUT_MS = 60_000  # as long as the gateway's own tool deadline
 MS = 1e3
 MIB = 1024.0
@@ -414,11 +419,11 @@ async def measure_load(bench: Bench, tasks: int) -> tuple[list[dict[str, Any]], 
             "value": per_raw,
         },
         {
-            "measure": "memory per live task, gateway (PSS MiB)",
+            # All opened at once: a figure, not the goal (raw Playwright's own wanders by
+            # a fifth between runs this way); the paired rounds below judge the goal.
+            "measure": f"memory per live task, {tasks} at once, gateway (PSS MiB)",
             "value": per_gw,
             "vs_raw": per_gw / per_raw,
-            "goal": MEMORY_GOAL,
-            "met": per_gw / per_raw <= MEMORY_GOAL,
         },
     ]
     notes = {
@@ -438,6 +443,61 @@ async def measure_load(bench: Bench, tasks: int) -> tuple[list[dict[str, Any]], 
         "raw_errors": raw_errors[:5],
     }
     return rows, notes
+
+
+async def measure_memory(
+    bench: Bench, rounds: int = MEMORY_ROUNDS, per_round: int = MEMORY_TASKS
+) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """Memory per live task against a raw context, in paired rounds: each round opens
+    `per_round` raw contexts one after another (a page on the app, its snapshot), then as
+    many gateway tasks through the tools, each side's PSS measured after it settled, and
+    the goal is judged on the median of the rounds' ratios, as the start's is."""
+    from gateway.browser.memory import process_tree, pss_kib
+
+    gw_pid, raw_pid = bench.processes.live()[0].pid, bench.raw_processes.live()[0].pid
+    assert gw_pid is not None, "memory is measured on a local Chromium"
+    assert raw_pid is not None, "memory is measured on a local Chromium"
+    jail = bench.processes.jail
+    guard = [jail.worker.pid] if jail is not None and jail.worker is not None else []
+
+    def pss(pid: int, extra: list[int | None]) -> float:
+        return pss_kib([*process_tree(pid), *(p for p in extra if p is not None)]) / MIB
+
+    gw = await bench.gateway("memory")
+    raw_sizes: list[float] = []
+    gw_sizes: list[float] = []
+    for _ in range(rounds):
+        await asyncio.sleep(1.5)
+        base = pss(raw_pid, [])
+        contexts = [(await bench.raw_start())[0] for _ in range(per_round)]
+        await asyncio.sleep(1.5)
+        raw_sizes.append((pss(raw_pid, []) - base) / per_round)
+        for context in contexts:
+            await context.close()
+        await asyncio.sleep(1.5)
+        base = pss(gw_pid, guard)
+        created = [await bench.new_task(gw) for _ in range(per_round)]
+        for _, token in created:
+            await bench.gateway_start(gw, token)
+        await asyncio.sleep(1.5)
+        gw_sizes.append((pss(gw_pid, guard) - base) / per_round)
+        for task_id, _ in created:
+            await gw.tasks.end(task_id)
+    ratio = percentile([g / r for g, r in zip(gw_sizes, raw_sizes, strict=True)], 50)
+    rows = [
+        {
+            "measure": "memory per live context, raw Playwright, paired rounds (PSS MiB)",
+            "value": percentile(raw_sizes, 50),
+        },
+        {
+            "measure": "memory per live task, gateway, paired rounds (PSS MiB)",
+            "value": percentile(gw_sizes, 50),
+            "vs_raw": ratio,
+            "goal": MEMORY_GOAL,
+            "met": ratio <= MEMORY_GOAL,
+        },
+    ]
+    return rows, {"memory_rounds": {"raw": raw_sizes, "gateway": gw_sizes}}
 
 
 async def measure_jail(bench: Bench) -> tuple[list[dict[str, Any]], dict[str, Any]]:
@@ -521,6 +581,9 @@ async def run(rounds: int, tasks: int) -> int:
                 load_notes: dict[str, Any] = {}
                 if tasks:
                     load_rows, load_notes = await measure_load(bench, tasks)
+                    memory_rows, memory_notes = await measure_memory(bench)
+                    load_rows += memory_rows
+                    load_notes.update(memory_notes)
                     try:
                         jail_rows, jail_notes = await measure_jail(bench)
                     except Exception as exc:  # the rows above are kept all the same
