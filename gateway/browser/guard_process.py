@@ -225,6 +225,9 @@ class GuardProcess:
                 str(theirs.fileno()),
                 pass_fds=(theirs.fileno(),),
                 stdin=subprocess.DEVNULL,
+                # Its life is the wire's: a Ctrl-C or a signal to the gateway's process
+                # group must not end it before the gateway closes the wire.
+                start_new_session=True,
             )
         except OSError as exc:
             ours.close()
