@@ -55,6 +55,7 @@ import httpx
 from bench.browser import app_process
 from bench.report import cpu_quiet, summary, write
 from gateway.browser.chromium import find_chromium, launch_args
+from gateway.browser.jail import browser_user
 from gateway.core.registry import exposed_name
 
 PEER_DIR = Path(__file__).parent / "peer"
@@ -135,12 +136,17 @@ async def _hold(
 
 
 class Peer:
-    """Sessions of the peer: one `npx @playwright/mcp` process (and Chromium) each."""
+    """Sessions of the peer: one `npx @playwright/mcp` process (and Chromium) each.
+
+    `sandboxed`: each session runs as the task browser's own unprivileged user, so its
+    Chromium keeps its own sandbox, as the gateway's jailed Chromium does (as root, Chromium
+    runs only with `--no-sandbox`, whose renderers do the same page work faster)."""
 
     name = "peer"
 
-    def __init__(self, work: Path) -> None:
+    def __init__(self, work: Path, *, sandboxed: bool = False) -> None:
         self.work = work
+        self.user = browser_user(None) if sandboxed and os.geteuid() == 0 else None
         config = {
             "browser": {
                 "browserName": "chromium",
@@ -148,12 +154,15 @@ class Peer:
                 "launchOptions": {
                     "executablePath": find_chromium(),
                     "headless": True,
-                    "args": launch_args(),
+                    "args": launch_args(sandboxed=self.user is not None),
                 },
             }
         }
         self.config = work / "peer-config.json"
         self.config.write_text(json.dumps(config))
+        self.config.chmod(0o644)
+        if self.user is not None:
+            work.chmod(0o755)
         self.count = 0
 
     async def settled(self) -> None:
@@ -168,10 +177,29 @@ class Peer:
         cwd = self.work / f"peer-{self.count}"  # its snapshot files land in its cwd
         cwd.mkdir()
         args = [str(PEER_CLI), "--headless", "--isolated", "--executable-path", find_chromium()]
-        if os.geteuid() == 0:
+        if os.geteuid() == 0 and self.user is None:
             args.append("--no-sandbox")
         args += ["--config", str(self.config), "--output-dir", str(cwd)]
         params = StdioServerParameters(command="node", args=args, cwd=cwd)
+        if self.user is not None:
+            uid, gid = self.user
+            os.chown(cwd, uid, gid)
+            params = StdioServerParameters(
+                command="setpriv",
+                args=[
+                    f"--reuid={uid}",
+                    f"--regid={gid}",
+                    "--clear-groups",
+                    "node",
+                    *args,
+                ],
+                cwd=cwd,
+                env={
+                    "HOME": str(cwd),
+                    "TMPDIR": str(cwd),
+                    "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+                },
+            )
         client, close = await _hold(lambda: Client(params, read_timeout_seconds=120))
 
         async def call(tool: str, data: dict[str, Any]) -> str:
@@ -269,6 +297,8 @@ async def timed(fn: Callable[..., Awaitable[Any]], *args: Any) -> tuple[float, A
 
 
 QUIET_S = 10.0  # the longest wait for an idle CPU before a round (`--quiet-s`)
+# The peer's Chromium with its own sandbox, as the task browser's user (`--peer-sandboxed`).
+PEER_SANDBOXED = False
 
 
 async def settle(sides: dict[str, Any]) -> None:
@@ -423,7 +453,7 @@ async def measure(
             gateway(work_dir / "warm", warm=8) as warm_base,
         ):
             url = app + "/"
-            peer = Peer(work_dir)
+            peer = Peer(work_dir, sandboxed=PEER_SANDBOXED)
             cold, warm = Ours(cold_base, app, warm=0), Ours(warm_base, app, warm=8)
             # One start each first: node and Chromium in the OS cache (the peer's "warm"
             # start), the gateways' Chromium launched and their code paths warm.
@@ -446,6 +476,7 @@ async def measure(
             rows.append(row(op, n, done[n]["peer"][op], done[n]["gateway"][op]))
     notes = {
         "peer": f"@playwright/mcp {version}, stdio, --headless --isolated, one process per session",
+        "peer_chromium_sandbox": PEER_SANDBOXED,
         "gateway": "served on loopback, SDK client over streamable HTTP, agent token",
         "client": "official MCP Python SDK (mcp.Client) on both sides",
         "chromium": find_chromium(),
@@ -508,7 +539,7 @@ async def measure_shapes(
         async with contextlib.AsyncExitStack() as stack:
             app = await stack.enter_async_context(app_process())
             url = app + "/"
-            sides: dict[str, Any] = {"peer": Peer(work_dir)}
+            sides: dict[str, Any] = {"peer": Peer(work_dir, sandboxed=PEER_SANDBOXED)}
             for config in configs:
                 data = work_dir / re.sub(r"[^A-Za-z0-9]+", "-", config)
                 base = await stack.enter_async_context(
@@ -529,6 +560,7 @@ async def measure_shapes(
                 rows.append(line)
     notes = {
         "peer": f"@playwright/mcp {version}, stdio, --headless --isolated, one process per session",
+        "peer_chromium_sandbox": PEER_SANDBOXED,
         "gateway": "one per pool shape, warm stock 8, SDK client over streamable HTTP",
         "shapes": configs,
         "goal": "gateway ahead of the peer on every row (p50 and p99)",
@@ -541,7 +573,7 @@ async def measure_shapes(
 
 
 def main() -> int:
-    global QUIET_S
+    global QUIET_S, PEER_SANDBOXED
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--quick", action="store_true", help="fewer rounds")
     parser.add_argument("--samples", type=int, default=MIN_SAMPLES, help="samples per row")
@@ -552,8 +584,14 @@ def main() -> int:
         help="pool shapes to compare, PROCESSESxACTIONS[xREADS][@SOURCE_TREE] "
         "comma-separated (1x1,1x2,2x2; 1x4x8,1x4x8@../other-checkout)",
     )
+    parser.add_argument(
+        "--peer-sandboxed",
+        action="store_true",
+        help="run the peer's sessions as the task browser's user, Chromium's sandbox on",
+    )
     args = parser.parse_args()
     QUIET_S = args.quiet_s
+    PEER_SANDBOXED = args.peer_sandboxed
     if args.configs:
         configs = [c.strip() for c in args.configs.split(",") if c.strip()]
         rows, notes = asyncio.run(measure_shapes(configs, args.quick, args.samples))
