@@ -132,7 +132,7 @@ async def measure(
 
 async def run(sessions: int, rounds: int, paths: list[str]) -> int:
     from gateway.browser import BrowserPool
-    from gateway.browser.guard_proxy import ContextGuard
+    from gateway.browser.guards import ContextGuard
     from gateway.browser.jail import open_guard
     from gateway.core.tokens import Purpose
 

@@ -23,7 +23,7 @@ import socket
 from playwright.async_api import Browser, BrowserContext, Page
 from playwright.async_api import Error as PlaywrightError
 
-from .guard_proxy import BlockedRequest
+from .guards import BlockedRequest
 from .jail import BrowserJail, open_guard
 
 PROBE_PATH = "/gateway-guard-probe"

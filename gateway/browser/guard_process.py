@@ -27,8 +27,8 @@ from typing import Any
 
 from .app_link import Opener
 from .errors import browser_unavailable
-from .guard_proxy import BlockedRequest, GuardCounts
 from .guard_wire import Message, Wire, WireClosed, pair
+from .guards import BlockedRequest, GuardCounts
 from .jail_routes import GUARD_PORT
 
 log = logging.getLogger(__name__)

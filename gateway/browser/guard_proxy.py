@@ -29,13 +29,12 @@ import logging
 import re
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Protocol
 from urllib.parse import urlsplit
 
 from gateway.core.origins import OriginError, origin_of
 
 from .app_link import Opener
+from .guards import BlockedRequest, GuardCounts
 from .http_relay import (
     HOP_BY_HOP,
     MAX_HEAD_BYTES,
@@ -48,59 +47,14 @@ from .http_relay import (
 from .jail_routes import GUARD_PORT, JailRoutes
 from .upstream import Upstreams
 
+# What the proxy reports, named from here too: its refusals and its counts.
+__all__ = ["BlockedRequest", "GuardCounts", "OriginProxy", "authority_of"]
+
 log = logging.getLogger(__name__)
 
 HEAD_TIMEOUT_S = 30.0
 CONNECT_TIMEOUT_S = 10.0
 _METHOD = re.compile(r"^[A-Z]{1,16}$")
-
-
-@dataclass(frozen=True)
-class BlockedRequest:
-    """One request the proxy refused: what was asked for, and whether it was a navigation."""
-
-    target: str  # the URL of a plain request, or `host:port` of a CONNECT
-    method: str
-    navigation: bool
-    at: float
-
-
-@dataclass(frozen=True)
-class GuardCounts:
-    """What one context's guard has done so far."""
-
-    forwarded: int  # requests and tunnels let out
-    blocked: int  # requests and tunnels refused
-    opened: int  # upstream connections opened
-    kept: int  # upstream connections kept open, idle, for the next request
-
-
-class ContextGuard(Protocol):
-    """One task context's guard, wherever it runs (here, or in the guard process): the
-    proxy its context is told to use, and what it lets out."""
-
-    @property
-    def url(self) -> str: ...
-
-    @property
-    def allowed(self) -> frozenset[str]: ...
-
-    def allow(self, origins: frozenset[str]) -> None:
-        """Set the origins to forward to (a warm context starts with none)."""
-        ...
-
-    def route(self, origin: str, opener: Opener) -> None:
-        """Reach `origin` through `opener` instead of a TCP connection (it is still
-        forwarded only while it is allowed)."""
-        ...
-
-    async def synced(self) -> None:
-        """Wait until what `allow` and `route` said holds for the next connection."""
-        ...
-
-    async def counts(self) -> GuardCounts: ...
-
-    async def close(self) -> None: ...
 
 
 def authority_of(origin: str) -> tuple[str, int]:

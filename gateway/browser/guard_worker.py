@@ -33,8 +33,9 @@ import socket
 import sys
 from typing import Any
 
-from .guard_proxy import BlockedRequest, OriginProxy
+from .guard_proxy import OriginProxy
 from .guard_wire import Message, Wire
+from .guards import BlockedRequest
 from .jail_routes import JailRoutes
 
 log = logging.getLogger("gateway.browser.guard_worker")

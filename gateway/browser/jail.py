@@ -34,7 +34,8 @@ from pathlib import Path
 
 from . import netjail
 from .guard_process import GuardProcess, GuardUnavailable, OnBlock
-from .guard_proxy import ContextGuard, OriginProxy
+from .guard_proxy import OriginProxy
+from .guards import ContextGuard
 from .jail_routes import GUARD_PORT, JailRoutes
 
 log = logging.getLogger(__name__)

@@ -16,7 +16,7 @@ from urllib.parse import urlsplit
 from playwright.async_api import Error as PlaywrightError
 from playwright.async_api import Frame, Page
 
-from .guard_proxy import BlockedRequest
+from .guards import BlockedRequest
 from .policy import BLANK, is_browser_service, page_url_allowed
 from .session_state import SessionState, log_failure
 from .violations import refused_kind

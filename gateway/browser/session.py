@@ -50,7 +50,7 @@ from .calls import SNAPSHOT_TIMEOUT_MS
 from .dialog_state import PendingDialog
 from .errors import map_playwright_error
 from .evidence import CLOSE_TIMEOUT_S, EvidenceSink, save_trace
-from .guard_proxy import BlockedRequest
+from .guards import BlockedRequest
 from .jail import open_guard
 from .policy import BLANK, page_url_allowed
 from .processes import BrowserProcess

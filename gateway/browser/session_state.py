@@ -30,7 +30,7 @@ from .dialog_state import DialogState, PendingDialog
 from .errors import browser_unavailable
 from .evidence import EvidenceSink
 from .frames import FrameTargets
-from .guard_proxy import ContextGuard
+from .guards import ContextGuard
 from .navigation import Navigations
 from .parsed import ParsedPages
 from .policy import BLANK

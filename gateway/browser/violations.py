@@ -14,7 +14,7 @@ from typing import Any
 from gateway.core.errors import ToolFailure
 from gateway.core.results import ErrorCode, ToolStatus
 
-from .guard_proxy import BlockedRequest
+from .guards import BlockedRequest
 
 
 @dataclass(frozen=True)

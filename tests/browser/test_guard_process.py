@@ -17,7 +17,7 @@ from playwright.async_api import Page
 
 from gateway.browser import BrowserProcesses
 from gateway.browser.guard_process import GuardProcess
-from gateway.browser.guard_proxy import BlockedRequest, ContextGuard
+from gateway.browser.guards import BlockedRequest, ContextGuard
 from gateway.browser.jail import open_guard
 from gateway.testing.waiting import until
 from tests.browser.conftest import Sites, task_chromium
