@@ -27,8 +27,8 @@ from typing import Any
 
 from .app_link import Opener
 from .errors import browser_unavailable
-from .guard_wire import Message, Wire, WireClosed, pair
-from .guards import BlockedRequest, GuardCounts
+from .guard_wire import Message, Wire, WireClosed, close_fds, pair
+from .guards import BlockedRequest, GuardCounts, from_message
 from .jail_routes import GUARD_PORT
 
 log = logging.getLogger(__name__)
@@ -82,13 +82,7 @@ class WorkerGuard:
         await self._ask({"op": "synced"})
 
     async def counts(self) -> GuardCounts:
-        answer = await self._ask({"op": "counts", "address": self.address})
-        return GuardCounts(
-            forwarded=int(answer["forwarded"]),
-            blocked=int(answer["blocked"]),
-            opened=int(answer["opened"]),
-            kept=int(answer["kept"]),
-        )
+        return from_message(GuardCounts, await self._ask({"op": "counts", "address": self.address}))
 
     async def close(self) -> None:
         self.host.guards.pop(self.address, None)
@@ -101,8 +95,7 @@ class WorkerGuard:
             answer, fds = await self.host.ask(message)
         except WireClosed as exc:
             raise browser_unavailable(f"the browser's guard is not running ({exc})") from exc
-        for fd in fds:
-            socket.socket(fileno=fd).close()
+        close_fds(fds)
         if "error" in answer:
             raise browser_unavailable(f"the browser's guard refused: {answer['error']}")
         return answer
@@ -301,20 +294,12 @@ class GuardProcess:
                 await asyncio.sleep(RESTART_EVERY_S)
 
     def _on_message(self, wire: Wire, message: Message, fds: list[int]) -> None:
-        for fd in fds:  # the process sends none of its own
-            socket.socket(fileno=fd).close()
+        close_fds(fds)  # the process sends none of its own
         op = message.get("op")
         guard = self.guards.get(str(message.get("address")))
         if op == "blocked":
             if guard is not None:
-                guard.on_block(
-                    BlockedRequest(
-                        target=str(message["target"]),
-                        method=str(message["method"]),
-                        navigation=bool(message["navigation"]),
-                        at=float(message["at"]),
-                    )
-                )
+                guard.on_block(from_message(BlockedRequest, message))
         elif op == "connect":
             task = asyncio.ensure_future(self._connect(wire, message, guard))
             self._connecting.add(task)

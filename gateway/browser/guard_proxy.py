@@ -170,6 +170,10 @@ class OriginProxy:
         """What `allow` and `route` said holds for the next connection (at once, here)."""
 
     async def counts(self) -> GuardCounts:
+        return self.tally()
+
+    def tally(self) -> GuardCounts:
+        """What it has done so far (`counts`, without a wait)."""
         return GuardCounts(
             forwarded=self.forwarded, blocked=self.blocked, opened=self.opened, kept=self.kept
         )

@@ -104,7 +104,7 @@ class Wire:
             self._loop.remove_reader(self._sock.fileno())
             self._loop.remove_writer(self._sock.fileno())
         for _data, fds in self._outbox:
-            _close_all(fds)
+            close_fds(fds)
         self._outbox.clear()
         for answer in self._asks.values():
             if not answer.done():
@@ -128,7 +128,7 @@ class Wire:
                 self.close()
                 return
             self._outbox.popleft()
-            _close_all(fds)
+            close_fds(fds)
 
     def _writable(self) -> None:
         self._loop.remove_writer(self._sock.fileno())
@@ -144,11 +144,11 @@ class Wire:
                 self.close()
                 return
             if not data:
-                _close_all(fds)
+                close_fds(fds)
                 self.close()  # the other end closed its socket: its process is gone
                 return
             if flags & (socket.MSG_TRUNC | socket.MSG_CTRUNC):
-                _close_all(fds)
+                close_fds(fds)
                 log.error("a guard message was cut short; it is dropped")
                 continue
             try:
@@ -156,7 +156,7 @@ class Wire:
                 if not isinstance(message, dict):
                     raise ValueError("not an object")
             except ValueError:
-                _close_all(fds)
+                close_fds(fds)
                 log.error("a guard message is not a JSON object; it is dropped")
                 continue
             ask_id = message.get("re")
@@ -165,7 +165,7 @@ class Wire:
                 if answer is not None and not answer.done():
                     answer.set_result((message, fds))
                 else:
-                    _close_all(fds)
+                    close_fds(fds)
                 continue
             try:
                 self._on_message(message, fds)
@@ -173,7 +173,8 @@ class Wire:
                 log.exception("a guard message could not be handled: %.200r", message)
 
 
-def _close_all(fds: list[int]) -> None:
+def close_fds(fds: list[int]) -> None:
+    """Close sockets that came with a message and were not kept."""
     for fd in fds:
         with contextlib.suppress(OSError):
             os.close(fd)

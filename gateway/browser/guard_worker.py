@@ -28,13 +28,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
 import socket
 import sys
+from dataclasses import asdict
 from typing import Any
 
 from .guard_proxy import OriginProxy
-from .guard_wire import Message, Wire
+from .guard_wire import Message, Wire, close_fds
 from .guards import BlockedRequest
 from .jail_routes import JailRoutes
 
@@ -75,8 +75,7 @@ class GuardWorker:
             if "id" in message:
                 self.wire.answer(message, {"error": f"{type(exc).__name__}: {exc}"})
         finally:
-            for fd in fds:  # sockets no message kept
-                os.close(fd)
+            close_fds(fds)  # sockets no message kept
 
     def _handle(self, message: Message, fds: list[int]) -> None:
         op = message.get("op")
@@ -97,16 +96,7 @@ class GuardWorker:
         elif op == "close":
             self._spawn(self._close(message))
         elif op == "counts":
-            proxy = self._proxy(message)
-            self.wire.answer(
-                message,
-                {
-                    "forwarded": proxy.forwarded,
-                    "blocked": proxy.blocked,
-                    "opened": proxy.opened,
-                    "kept": proxy.kept,
-                },
-            )
+            self.wire.answer(message, asdict(self._proxy(message).tally()))
         else:
             raise ValueError(f"unknown message {str(op)[:100]!r}")
 
@@ -117,16 +107,7 @@ class GuardWorker:
         def blocked(request: BlockedRequest) -> None:
             # Sent before the proxy answers the browser: the gateway knows of the refusal
             # before the page can.
-            self.wire.send(
-                {
-                    "op": "blocked",
-                    "address": address,
-                    "target": request.target,
-                    "method": request.method,
-                    "navigation": request.navigation,
-                    "at": request.at,
-                }
-            )
+            self.wire.send({"op": "blocked", "address": address, **asdict(request)})
 
         proxy = OriginProxy(blocked)
         proxy.attach(self.routes, address, None if pid is None else int(pid))
@@ -142,8 +123,7 @@ class GuardWorker:
             if not fds:
                 raise ConnectionRefusedError(str(answer.get("error", "no connection")))
             stream = socket.socket(fileno=fds.pop())
-            for fd in fds:
-                os.close(fd)
+            close_fds(fds)
             return await asyncio.open_connection(sock=stream)
 
         self._proxy(message).route(origin, opener)

@@ -8,8 +8,8 @@ done (`GuardCounts`). `guard_proxy.OriginProxy` is one on the gateway's event lo
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Protocol
+from dataclasses import dataclass, fields
+from typing import Any, Protocol, TypeVar
 
 from .app_link import Opener
 
@@ -60,3 +60,11 @@ class ContextGuard(Protocol):
     async def counts(self) -> GuardCounts: ...
 
     async def close(self) -> None: ...
+
+
+Record = TypeVar("Record", BlockedRequest, GuardCounts)
+
+
+def from_message(kind: type[Record], message: dict[str, Any]) -> Record:
+    """A record of `kind` from a message that carries its fields (`dataclasses.asdict`)."""
+    return kind(**{f.name: message[f.name] for f in fields(kind)})

@@ -237,25 +237,13 @@ class BrowserPool:
                 asyncio.shield(opening), max(0.0, within) if math.isfinite(within) else None
             )
         except TimeoutError:
-            raise self._still_opening() from None
+            # Turned away as a start the gate refused is: counted, with its retry hint.
+            raise self.starts.refuse(self.starts.slowest_s()) from None
 
     def _first_action_s(self) -> float:
         """What a task's first action is expected to take once its context is open: the
         slowest recent action of the pool's processes, and what a call does besides."""
         return max(a.slowest_s() for a in self.admissions) + RUN_MARGIN_S
-
-    def _still_opening(self) -> ToolFailure:
-        self.starts.shed += 1
-        if self.starts.on_shed is not None:
-            self.starts.on_shed()
-        return ToolFailure(
-            ToolStatus.UNAVAILABLE,
-            ErrorCode.OVERLOADED,
-            "the task's browser is still being opened and would not serve this call in "
-            "time (the browser is overloaded); nothing was done, the next call finds it",
-            retryable=True,
-            details={"retry_after_s": max(1, math.ceil(self.starts.slowest_s()))},
-        )
 
     def _opened(self, task_id: str, opening: asyncio.Future[BrowserSession]) -> None:
         self._opening.pop(task_id, None)

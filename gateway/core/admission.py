@@ -156,7 +156,7 @@ class Admission:
         wait = self.expected_wait()
         full = self.max_waiting is not None and len(self._waiting) >= self.max_waiting
         if full or not self.fits(wait, time_left, cost_s):
-            raise self._refuse(wait)
+            raise self.refuse(wait)
         arrived = self.clock()
         deadline = arrived + time_left
         turn: asyncio.Future[None] = asyncio.get_running_loop().create_future()
@@ -180,7 +180,7 @@ class Admission:
             self._holding.append((self.clock(), cost_s))
             return self.clock() - arrived
         self._leave(turn)
-        raise self._refuse(self.expected_wait())
+        raise self.refuse(self.expected_wait())
 
     def release(self, held_s: float | None) -> None:
         """Give a slot back after holding it `held_s` seconds; None when the call never
@@ -226,7 +226,9 @@ class Admission:
             turn.cancel()
         self._costs.pop(turn, None)
 
-    def _refuse(self, wait: float) -> ToolFailure:
+    def refuse(self, wait: float) -> ToolFailure:
+        """The `overloaded` failure of a call turned away, counted as shed; `wait`: what it
+        could expect to wait, which its retry hint names."""
         self.shed += 1
         if self.on_shed is not None:
             self.on_shed()

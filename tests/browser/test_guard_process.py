@@ -4,6 +4,7 @@ that dies is started again with every context's origins as they were."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import signal
@@ -181,3 +182,24 @@ async def test_a_question_asked_as_the_guard_process_dies_is_answered_by_the_nex
             await guard.synced()
             assert (await guard.counts()).blocked == 0
             assert worker.pid not in (None, pid)
+
+
+async def test_a_routed_origin_is_reached_only_through_the_gateways_opener(
+    task_chromium: BrowserProcesses,
+) -> None:
+    asked: list[str] = []
+
+    async def refusing() -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        # A provisioned app that is down: the gateway's route refuses the stream.
+        asked.append("refused")
+        raise ConnectionRefusedError("the task's app is down")
+
+    with threaded_app() as (origin, arrivals):
+        async with guarded_page(task_chromium, origin, []) as (guard, page):
+            guard.route(origin, refusing)
+            await guard.synced()
+            response = await page.goto(origin + "/")
+            # The guard asked the gateway, was refused, and did not dial the origin itself
+            # (the app listening there heard nothing).
+            assert response is not None and response.status == 502
+            assert asked and arrivals.at == {}
