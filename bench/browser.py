@@ -141,6 +141,20 @@ async def app_process() -> AsyncIterator[str]:
 SAVE_REF = re.compile(r'button "Save" \[ref=([^\]]+)\]')
 
 
+def guard_pid(owner: Any) -> int | None:
+    """The guard process serving a browser's contexts (`owner`: its `BrowserProcesses` or
+    one of its processes, which know their jail), if its guards run in one."""
+    worker = owner.jail.worker if owner.jail is not None else None
+    return worker.pid if worker is not None else None
+
+
+def browser_pss_mib(pid: int, guard: int | None = None) -> float:
+    """PSS of a Chromium's process tree, with the guard process serving its contexts."""
+    from gateway.browser.memory import process_tree, pss_kib
+
+    return pss_kib([*process_tree(pid), *([guard] if guard is not None else [])]) / MIB
+
+
 class Bench:
     def __init__(self, app: str, data: Path, tasks: int) -> None:
         from gateway.browser import BrowserProcesses
@@ -319,13 +333,8 @@ async def measure_load(bench: Bench, tasks: int) -> tuple[list[dict[str, Any]], 
     assert gw_pid is not None, "memory is measured on a local Chromium"
     assert raw_pid is not None, "memory is measured on a local Chromium"
 
-    jail = bench.processes.jail
-    guard_pid = jail.worker.pid if jail is not None and jail.worker is not None else None
-
     def browser_pss(pid: int) -> float:
-        # The gateway's browser is its Chromium and the guard process serving its contexts.
-        guard = [guard_pid] if pid == gw_pid and guard_pid is not None else []
-        return pss_kib([*process_tree(pid), *guard]) / MIB
+        return browser_pss_mib(pid, guard_pid(bench.processes) if pid == gw_pid else None)
 
     def renderers(pid: int) -> int:
         count = 0
@@ -452,35 +461,30 @@ async def measure_memory(
     `per_round` raw contexts one after another (a page on the app, its snapshot), then as
     many gateway tasks through the tools, each side's PSS measured after it settled, and
     the goal is judged on the median of the rounds' ratios, as the start's is."""
-    from gateway.browser.memory import process_tree, pss_kib
 
     gw_pid, raw_pid = bench.processes.live()[0].pid, bench.raw_processes.live()[0].pid
     assert gw_pid is not None, "memory is measured on a local Chromium"
     assert raw_pid is not None, "memory is measured on a local Chromium"
-    jail = bench.processes.jail
-    guard = [jail.worker.pid] if jail is not None and jail.worker is not None else []
-
-    def pss(pid: int, extra: list[int | None]) -> float:
-        return pss_kib([*process_tree(pid), *(p for p in extra if p is not None)]) / MIB
+    guard = guard_pid(bench.processes)
 
     gw = await bench.gateway("memory")
     raw_sizes: list[float] = []
     gw_sizes: list[float] = []
     for _ in range(rounds):
         await asyncio.sleep(1.5)
-        base = pss(raw_pid, [])
+        base = browser_pss_mib(raw_pid)
         contexts = [(await bench.raw_start())[0] for _ in range(per_round)]
         await asyncio.sleep(1.5)
-        raw_sizes.append((pss(raw_pid, []) - base) / per_round)
+        raw_sizes.append((browser_pss_mib(raw_pid) - base) / per_round)
         for context in contexts:
             await context.close()
         await asyncio.sleep(1.5)
-        base = pss(gw_pid, guard)
+        base = browser_pss_mib(gw_pid, guard)
         created = [await bench.new_task(gw) for _ in range(per_round)]
         for _, token in created:
             await bench.gateway_start(gw, token)
         await asyncio.sleep(1.5)
-        gw_sizes.append((pss(gw_pid, guard) - base) / per_round)
+        gw_sizes.append((browser_pss_mib(gw_pid, guard) - base) / per_round)
         for task_id, _ in created:
             await gw.tasks.end(task_id)
     ratio = percentile([g / r for g, r in zip(gw_sizes, raw_sizes, strict=True)], 50)

@@ -42,7 +42,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
-from bench.browser import Bench, app_process
+from bench.browser import Bench, app_process, guard_pid
 from bench.report import cpu_quiet, summary, write
 from gateway.browser.memory import process_tree
 
@@ -63,12 +63,6 @@ def process_cpu_s(pid: int | None) -> float:
         fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
         return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
     return 0.0
-
-
-def guard_pid(process: Any) -> int | None:
-    """The guard process serving a browser's contexts, if its guards run in one."""
-    worker = process.jail.worker if process.jail is not None else None
-    return worker.pid if worker is not None else None
 
 
 Load = Callable[[int], Awaitable[None]]  # load the page in session i

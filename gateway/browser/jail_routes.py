@@ -40,11 +40,6 @@ class JailRoutes:
         self._servers: dict[int, asyncio.Server] = {}
         self._routes: dict[str, _Route] = {}
 
-    @property
-    def serving(self) -> frozenset[int]:
-        """The browsers whose guard socket is served."""
-        return frozenset(self._servers)
-
     async def serve(self, pid: int, guard: socket.socket) -> None:
         """Serve the guard socket of browser `pid` (a socket served before for it is
         closed: the browser reported in again)."""
