@@ -109,7 +109,7 @@ async def test_an_oversized_message_is_refused_and_nothing_is_sent(
     assert [m["op"] for m, _ in right.messages] == ["small"]
 
 
-async def test_a_packet_that_is_not_a_json_object_is_dropped(ends: tuple[End, End]) -> None:
+async def test_a_packet_that_is_not_a_json_object_is_dropped() -> None:
     a, b = pair()
     reader = End(b)
     try:
