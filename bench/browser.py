@@ -327,7 +327,7 @@ async def measure_start(bench: Bench, rounds: int) -> tuple[list[dict[str, Any]]
 
 async def measure_load(bench: Bench, tasks: int) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     from gateway.browser import BrowserPool
-    from gateway.browser.memory import process_tree, pss_kib
+    from gateway.browser.memory import pss_kib, renderers
 
     gw_pid, raw_pid = bench.processes.live()[0].pid, bench.raw_processes.live()[0].pid
     assert gw_pid is not None, "memory is measured on a local Chromium"
@@ -336,13 +336,6 @@ async def measure_load(bench: Bench, tasks: int) -> tuple[list[dict[str, Any]], 
     def browser_pss(pid: int) -> float:
         return browser_pss_mib(pid, guard_pid(bench.processes) if pid == gw_pid else None)
 
-    def renderers(pid: int) -> int:
-        count = 0
-        for child in process_tree(pid):
-            with contextlib.suppress(OSError):
-                if b"--type=renderer" in Path(f"/proc/{child}/cmdline").read_bytes():
-                    count += 1
-        return count
 
     async def settle(pid: int) -> float:
         await asyncio.sleep(1.5)
@@ -369,7 +362,7 @@ async def measure_load(bench: Bench, tasks: int) -> tuple[list[dict[str, Any]], 
     raw_times = [r for r in raw_results if isinstance(r, float)]
     raw_errors = [repr(r) for r in raw_results if not isinstance(r, float)]
     raw_pss = await settle(raw_pid)
-    raw_renderers = renderers(raw_pid)
+    raw_renderers = len(renderers(raw_pid))
     for context in raw_contexts:
         with contextlib.suppress(Exception):
             await context.close()
@@ -397,7 +390,7 @@ async def measure_load(bench: Bench, tasks: int) -> tuple[list[dict[str, Any]], 
     errors = [repr(r) for r in results if not isinstance(r, float)]
     live = pool.live_count()
     gw_pss = await settle(gw_pid)
-    gw_renderers = renderers(gw_pid)
+    gw_renderers = len(renderers(gw_pid))
     gateway_self = pss_kib([os.getpid()]) / MIB
     for task_id, _ in created:
         await gw.tasks.end(task_id)
@@ -507,16 +500,11 @@ async def measure_memory(
 async def measure_jail(bench: Bench) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """Memory per task and per renderer with the jail and without it, same tasks, same app."""
     from gateway.browser import BrowserPool, BrowserProcesses, install
-    from gateway.browser.memory import process_tree, pss_kib
+    from gateway.browser.memory import process_tree, pss_kib, renderers
     from gateway.runtime import Gateway
 
     def renderer_pss(pid: int) -> dict[int, float]:
-        sizes = {}
-        for child in process_tree(pid):
-            with contextlib.suppress(OSError):
-                if b"--type=renderer" in Path(f"/proc/{child}/cmdline").read_bytes():
-                    sizes[child] = pss_kib([child]) / MIB
-        return sizes
+        return {child: pss_kib([child]) / MIB for child in renderers(pid)}
 
     async def one(name: str, processes: Any) -> dict[str, float]:
         gw = Gateway(
@@ -540,17 +528,17 @@ async def measure_jail(bench: Bench) -> tuple[list[dict[str, Any]], dict[str, An
                 await bench.gateway_start(gw, token)
             live = gw.services.get(BrowserPool).live_count()
             await asyncio.sleep(1.5)
-            peak, renderers = pss_kib(process_tree(pid)) / MIB, renderer_pss(pid)
+            peak, peak_renderers = pss_kib(process_tree(pid)) / MIB, renderer_pss(pid)
             for task_id, _ in created:
                 await gw.tasks.end(task_id)
         finally:
             await gw.stop()
         # The renderers the tasks' pages brought (those there before are not theirs).
-        new = [size for child, size in renderers.items() if child not in base_renderers]
+        new = [size for child, size in peak_renderers.items() if child not in base_renderers]
         return {
             "per_task": (peak - base) / max(1, live),
             "per_renderer": sum(new) / max(1, len(new)),
-            "renderers": float(len(renderers) - len(base_renderers)),
+            "renderers": float(len(peak_renderers) - len(base_renderers)),
         }
 
     outside = await one("unjailed", bench.raw_processes)

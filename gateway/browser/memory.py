@@ -39,6 +39,13 @@ def process_tree(root: int) -> list[int]:
     return tree
 
 
+def renderers(root: int) -> list[int]:
+    """The renderer processes among the live descendants of the browser process `root`."""
+    # Looked for in the whole command line: Chromium's helpers may rewrite theirs into one
+    # string, switches and all.
+    return [pid for pid in process_tree(root) if "--type=renderer" in " ".join(command_line(pid))]
+
+
 def pss_kib(pids: list[int]) -> int:
     """Sum of PSS over `pids`, in KiB; processes that are gone count zero."""
     total = 0
