@@ -29,6 +29,7 @@ ORDER = [
     "approvals",
     "webmcp",
     "browser",
+    "snapshot",
     "mcp",
     "bridge",
     "example",
@@ -45,6 +46,7 @@ RATIO_KEYS = (
     "ratio p50 vs floor",
     "vs sdk p50",
     "vs_raw",
+    "vs_capture_p50",
 )
 UNITS = {"ms": 1.0, "µs": 1e-3, "s": 1e3}
 # What each area's ratio is taken against, in the same run.
@@ -55,6 +57,7 @@ BASELINES = {
     "approvals": "a ui.* tool call, one tab round trip",
     "webmcp": "a bare websocket echo behind a WebMCP tool of the same page",
     "browser": "raw Playwright, same Chromium",
+    "snapshot": "Chromium's capture of the same snapshot",
     "mcp": "the bare MCP SDK server",
     "bridge": "pipeline + bare HTTP + artifact write",
     "example": "the operation the tool wraps",

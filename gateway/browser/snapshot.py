@@ -66,8 +66,7 @@ _ITEM = re.compile(r"^(\s*)- (.*)$")
 
 def compact(raw: str) -> str:
     """Playwright's snapshot with what a model does not need taken out (see the module)."""
-    text = "\n".join(_passive_ref_dropped(line) for line in raw.split("\n"))
-    text = _CURSOR.sub(_cursor_mark, text)
+    text = "\n".join(_line_compacted(line) for line in raw.split("\n"))
     text = _URL_CHILD.sub(r"\1 -> \2", text)
     text = _BARE_REF.sub(_bare_ref_dropped, text)
     text = _bare_generics_unwrapped(text)
@@ -75,6 +74,12 @@ def compact(raw: str) -> str:
     while folded != text:  # a fold can make another (a row of one cell of one link)
         text, folded = folded, _fold_single_children(folded)
     return _rows_on_one_line(folded)
+
+
+def _line_compacted(line: str) -> str:
+    # Each pass looks only at the lines it can change: a 25 kB snapshot is 850 lines.
+    line = _passive_ref_dropped(line)
+    return _CURSOR.sub(_cursor_mark, line) if "[cursor=pointer]" in line else line
 
 
 _BARE_GENERIC = re.compile(r"^\s*- generic(:?)$")
@@ -89,15 +94,17 @@ def _bare_generics_unwrapped(text: str) -> str:
     out: list[str] = []
     dropped: list[int] = []  # the depths of the boxes the current line is inside
     for line in text.split("\n"):
-        depth = _depth(line)
-        while dropped and dropped[-1] >= depth:
-            dropped.pop()
-        box = _BARE_GENERIC.match(line) or _FOCUSED_ROOT.match(line)
-        if box is not None:
-            if box.group(1):
-                dropped.append(depth)
-            continue
-        out.append(line[2 * len(dropped) :])
+        if dropped:
+            depth = _depth(line)
+            while dropped and dropped[-1] >= depth:
+                dropped.pop()
+        if "generic" in line:
+            box = _BARE_GENERIC.match(line) or _FOCUSED_ROOT.match(line)
+            if box is not None:
+                if box.group(1):
+                    dropped.append(_depth(line))
+                continue
+        out.append(line[2 * len(dropped) :] if dropped else line)
     return "\n".join(out)
 
 
@@ -126,13 +133,18 @@ def _passive_ref_dropped(line: str) -> str:
     return f"{found.group(1)}{found.group(2)}{found.group(3)}{found.group(4)}"
 
 
+_ROW = re.compile(r"^(\s*)- ((?:[a-z]+ > )*row):$")
+
+
 def _rows_on_one_line(text: str) -> str:
     """A table row whose cells are one line each reads as one line: cells joined by `|`."""
+    if "row:" not in text:
+        return text
     lines = text.split("\n")
     out: list[str] = []
     i = 0
     while i < len(lines):
-        row = re.match(r"^(\s*)- ((?:[a-z]+ > )*row):$", lines[i])
+        row = _ROW.match(lines[i]) if lines[i].endswith("row:") else None
         if row:
             depth = len(row.group(1)) + 2
             cells = []
@@ -162,7 +174,7 @@ def _fold_single_children(text: str) -> str:
     i = 0
     while i < len(lines):
         line = lines[i]
-        bare = _CONTAINER.match(line)
+        bare = _CONTAINER.match(line) if line.endswith(":") else None
         child = _ITEM.match(lines[i + 1]) if bare and i + 1 < len(lines) else None
         named = bare.group(3) if bare else None
         if (
