@@ -336,7 +336,6 @@ async def measure_load(bench: Bench, tasks: int) -> tuple[list[dict[str, Any]], 
     def browser_pss(pid: int) -> float:
         return browser_pss_mib(pid, guard_pid(bench.processes) if pid == gw_pid else None)
 
-
     async def settle(pid: int) -> float:
         await asyncio.sleep(1.5)
         return browser_pss(pid)
