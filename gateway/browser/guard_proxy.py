@@ -47,9 +47,6 @@ from .http_relay import (
 from .jail_routes import GUARD_PORT, JailRoutes
 from .upstream import Upstreams
 
-# What the proxy reports, named from here too: its refusals and its counts.
-__all__ = ["BlockedRequest", "GuardCounts", "OriginProxy", "authority_of"]
-
 log = logging.getLogger(__name__)
 
 HEAD_TIMEOUT_S = 30.0

@@ -8,7 +8,8 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from gateway.browser.guard_proxy import BlockedRequest, OriginProxy
+from gateway.browser.guard_proxy import OriginProxy
+from gateway.browser.guards import BlockedRequest
 
 
 class KeepAliveApp:

@@ -8,7 +8,7 @@ import asyncio
 import pytest
 
 from gateway.browser import windows
-from gateway.browser.guard_proxy import BlockedRequest
+from gateway.browser.guards import BlockedRequest
 from gateway.browser.violations import Violation, denial, refused_kind
 from gateway.core.results import ErrorCode, ToolStatus
 
