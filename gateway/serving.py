@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import random
 import socket
 from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 from typing import Any
 
 import uvicorn
@@ -72,23 +74,55 @@ SERVER_OPTIONS: dict[str, Any] = {
 }
 
 
+# Ports handed out by `free_port` in this process, so that two calls never name the same one.
+_HANDED_OUT: set[int] = set()
+
+
+def _ephemeral_range() -> range:
+    """The ports the kernel picks from for outgoing connections and for binding port 0."""
+    try:
+        low, high = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
+        return range(int(low), int(high) + 1)
+    except (OSError, ValueError):
+        return range(32768, 61000)  # Linux's default
+
+
 def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        port: int = sock.getsockname()[1]
+    """A port nothing listens on, for a server started later, often in another process.
+
+    The port is chosen outside the kernel's ephemeral range: a port from that range, free
+    when chosen, can become the local end of any outgoing connection (a health check
+    polling the very server about to bind it) before the server binds it. Where a server
+    starts in this process, bind its socket at once instead (`listening_socket`).
+    """
+    ephemeral = _ephemeral_range()
+    candidates = [p for p in range(10000, 65536) if p not in ephemeral and p not in _HANDED_OUT]
+    for port in random.sample(candidates, min(len(candidates), 200)):
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            try:
+                sock.bind((host, port))
+            except OSError:
+                continue
+        _HANDED_OUT.add(port)
         return port
+    raise RuntimeError(f"no free port outside {ephemeral.start}-{ephemeral.stop - 1} on {host}")
 
 
-def listening_socket(host: str) -> socket.socket:
-    """A bound, listening, non-blocking socket on a free port, ready for uvicorn."""
+def listening_socket(host: str, port: int = 0) -> socket.socket:
+    """A bound, listening, non-blocking socket ready for uvicorn: on `port`, or on a free
+    port the kernel picks (read it back with `getsockname`)."""
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     # Accepted connections inherit it. uvicorn sets it only on sockets it binds itself;
     # without it every response written in two parts waited for the client's delayed ACK:
     # 44 ms per request on loopback, where 0.8 ms is what it takes.
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    sock.bind((host, 0))
-    sock.listen(2048)
+    try:
+        sock.bind((host, port))
+        sock.listen(2048)
+    except OSError:
+        sock.close()
+        raise
     sock.setblocking(False)
     return sock
 
@@ -102,15 +136,20 @@ class _QuietServer(uvicorn.Server):
 
 
 @contextlib.asynccontextmanager
-async def serving(app: Any, *, host: str = "127.0.0.1", port: int = 0) -> AsyncIterator[str]:
+async def serving(
+    app: Any, *, host: str = "127.0.0.1", port: int = 0, sock: socket.socket | None = None
+) -> AsyncIterator[str]:
     """Serve `app` until the block ends; yields its base URL (`http://host:port`).
 
-    With no port given, the listening socket is bound here and handed to the server, so
-    the port cannot be taken by someone else between choosing it and listening on it.
+    The server listens on `sock` when given (bound already, e.g. because its address had
+    to be known before the app was built; it is closed when the block ends), on `port`
+    when given, else on a socket bound here. A socket bound before the server starts
+    means the port cannot be taken by someone else between choosing it and listening.
     """
     sockets: list[socket.socket] | None = None
-    if not port:
+    if sock is None and not port:
         sock = listening_socket(host)
+    if sock is not None:
         port = sock.getsockname()[1]
         sockets = [sock]
     config = uvicorn.Config(
@@ -135,5 +174,5 @@ async def serving(app: Any, *, host: str = "127.0.0.1", port: int = 0) -> AsyncI
         server.should_exit = True
         with contextlib.suppress(asyncio.CancelledError):
             await asyncio.wait_for(task, timeout=15)
-        for sock in sockets or ():
-            sock.close()
+        for each in sockets or ():
+            each.close()

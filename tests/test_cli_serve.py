@@ -50,8 +50,10 @@ def _listening(port: int) -> bool:
         return sock.connect_ex((HOST, port)) == 0
 
 
-def _serve(tmp_path: Path, *argv: str) -> tuple[subprocess.Popen[bytes], int, int]:
-    port, example_port = free_port(HOST), free_port(HOST)
+def _serve(
+    tmp_path: Path, *argv: str, example_port: int | None = None
+) -> tuple[subprocess.Popen[bytes], int, int]:
+    port, example_port = free_port(HOST), example_port or free_port(HOST)
     env = {
         **os.environ,
         "GATEWAY_DATA_DIR": str(tmp_path / "data"),
@@ -114,3 +116,20 @@ def test_gateway_serve_starts_the_example_dashboard_only_with_example(
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait()
+
+
+def test_gateway_serve_names_the_example_port_it_cannot_listen_on(tmp_path: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind((HOST, free_port(HOST)))
+        taken.listen()
+        example_port = taken.getsockname()[1]
+        process, _, _ = _serve(tmp_path, "--example", example_port=example_port)
+        try:
+            process.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+            raise
+    log = (tmp_path / "serve.log").read_text()
+    assert process.returncode != 0, log
+    assert f"cannot listen on {HOST}:{example_port} for the example dashboard" in log, log

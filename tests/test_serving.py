@@ -4,6 +4,7 @@ port, bound before it is handed over."""
 from __future__ import annotations
 
 import socket
+from pathlib import Path
 
 import httpx
 from starlette.applications import Starlette
@@ -11,7 +12,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from gateway.serving import listening_socket, serving
+from gateway.serving import free_port, listening_socket, serving
 
 
 def test_the_listening_socket_hands_nodelay_to_every_connection() -> None:
@@ -36,3 +37,27 @@ async def test_serving_answers_on_its_port_and_stops() -> None:
     port = int(base.rsplit(":", 1)[1])
     with socket.socket() as probe:
         assert probe.connect_ex(("127.0.0.1", port)) != 0  # nothing listens any more
+
+
+def test_free_ports_are_outside_the_range_outgoing_connections_take() -> None:
+    # A port from the ephemeral range, free when chosen, can become the local end of a
+    # client's connection (a health check polling the server about to bind it).
+    low, high = map(int, Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split())
+    ports = [free_port() for _ in range(50)]
+    assert len(set(ports)) == 50
+    assert all(not low <= port <= high for port in ports)
+    with listening_socket("127.0.0.1", ports[0]) as sock:  # and it is free to listen on
+        assert sock.getsockname()[1] == ports[0]
+
+
+async def test_serving_takes_a_socket_bound_before_the_app_was_built() -> None:
+    async def where(request: Request) -> JSONResponse:
+        return JSONResponse({"port": request.url.port})
+
+    sock = listening_socket("127.0.0.1")
+    port = sock.getsockname()[1]
+    app = Starlette(routes=[Route("/where", where)])
+    async with serving(app, sock=sock) as base, httpx.AsyncClient(base_url=base) as http:
+        assert base == f"http://127.0.0.1:{port}"
+        assert (await http.get("/where")).json() == {"port": port}
+    assert sock.fileno() == -1  # closed with the server

@@ -17,6 +17,7 @@ import contextlib
 import os
 import secrets
 import signal
+import socket
 import subprocess
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
@@ -34,7 +35,7 @@ from gateway.app import Extension, build_app, build_gateway, default_extensions
 from gateway.core.sandbox_spec import Repository
 from gateway.runtime import Gateway
 from gateway.sandbox.local import host_unready
-from gateway.serving import SERVER_OPTIONS, free_port, serving
+from gateway.serving import SERVER_OPTIONS, listening_socket, serving
 from gateway.settings import Settings
 
 # The example app as the gateway's settings register it for sandboxes.
@@ -201,23 +202,26 @@ async def running_stack(
 ) -> AsyncIterator[ExampleStack]:
     """Serve the gateway and the dashboard on free loopback ports until the block ends, and
     the shared sandbox instance unless each task's is provisioned (`provision_for`)."""
-    ports = [free_port(host) for _ in range(3)]
-    urls = [f"http://{host}:{port}" for port in ports]
-    stack = build_stack(
-        settings,
-        gateway_url=urls[0],
-        dashboard_url=urls[1],
-        sandbox_url=urls[2] if provision is None else None,
-        provision=provision,
-        step_s=step_s,
-    )
+    # Each app needs the others' addresses before it is built, so the three sockets are
+    # bound first and handed to the servers: nothing can take a port in between.
     async with contextlib.AsyncExitStack() as servers:
-        await servers.enter_async_context(serving(stack.gateway_app, host=host, port=ports[0]))
-        await servers.enter_async_context(serving(stack.dashboard.asgi(), host=host, port=ports[1]))
+        sockets = [listening_socket(host) for _ in range(3)]
+        for sock in sockets:
+            servers.callback(sock.close)
+        urls = [f"http://{host}:{sock.getsockname()[1]}" for sock in sockets]
+        stack = build_stack(
+            settings,
+            gateway_url=urls[0],
+            dashboard_url=urls[1],
+            sandbox_url=urls[2] if provision is None else None,
+            provision=provision,
+            step_s=step_s,
+        )
+        apps = [stack.gateway_app, stack.dashboard.asgi()]
         if stack.sandbox is not None:
-            await servers.enter_async_context(
-                serving(stack.sandbox.asgi(), host=host, port=ports[2])
-            )
+            apps.append(stack.sandbox.asgi())
+        for app, sock in zip(apps, sockets, strict=False):
+            await servers.enter_async_context(serving(app, host=host, sock=sock))
         yield stack
 
 
@@ -242,44 +246,69 @@ class _Server(uvicorn.Server):
 async def serve_with_example(settings: Settings) -> None:
     """`gateway serve` with the example: the gateway in front, both instances beside it."""
     host = settings.host
-    dashboard_port = settings.example_port or free_port(host)
-    sandbox_port = dashboard_port + 1 if settings.example_port else free_port(host)
     unusable = sandboxes_unusable(settings)
-    stack = build_stack(
-        settings,
-        gateway_url=settings.base_url,
-        dashboard_url=f"http://{host}:{dashboard_port}",
-        sandbox_url=f"http://{host}:{sandbox_port}",
-        provision=provision_for(settings) if unusable is None else None,
-    )
-    apps = [
-        (stack.gateway_app, settings.port, "info"),
-        (stack.dashboard.asgi(), dashboard_port, "info"),
-    ]
-    if stack.sandbox is not None:
-        apps.append((stack.sandbox.asgi(), sandbox_port, "info"))
-    servers = [
-        _Server(
-            uvicorn.Config(
-                app,
-                host=host,
-                port=port,
-                log_level=level,
-                **SERVER_OPTIONS,
-            )
+    # Every socket is bound before any app is built (each needs the others' addresses): a
+    # port that is taken is reported now, by name, and none can be taken in between.
+    with contextlib.ExitStack() as bound:
+        gateway_sock = bound.enter_context(_listen(host, settings.port, "the gateway"))
+        dashboard_sock = bound.enter_context(
+            _listen(host, settings.example_port, "the example dashboard (GATEWAY_EXAMPLE_PORT)")
         )
-        for app, port, level in apps
-    ]
+        dashboard_port = dashboard_sock.getsockname()[1]
+        sandbox_sock = (
+            bound.enter_context(
+                _listen(
+                    host,
+                    dashboard_port + 1 if settings.example_port else 0,
+                    "the shared sandbox instance (the port after the dashboard's)",
+                )
+            )
+            if unusable is not None
+            else None
+        )
+        stack = build_stack(
+            settings,
+            gateway_url=settings.base_url,
+            dashboard_url=f"http://{host}:{dashboard_port}",
+            sandbox_url=(
+                f"http://{host}:{sandbox_sock.getsockname()[1]}" if sandbox_sock else None
+            ),
+            provision=provision_for(settings) if unusable is None else None,
+        )
+        apps = [(stack.gateway_app, gateway_sock), (stack.dashboard.asgi(), dashboard_sock)]
+        if stack.sandbox is not None and sandbox_sock is not None:
+            apps.append((stack.sandbox.asgi(), sandbox_sock))
+        await _serve_all(stack, apps, unusable)
+
+
+@contextlib.contextmanager
+def _listen(host: str, port: int, what: str) -> Iterator[socket.socket]:
+    try:
+        sock = listening_socket(host, port)
+    except OSError as error:
+        message = f"gateway serve: cannot listen on {host}:{port} for {what}: {error}"
+        raise SystemExit(message) from None
+    with sock:
+        yield sock
+
+
+async def _serve_all(
+    stack: ExampleStack, apps: list[tuple[Any, socket.socket]], unusable: str | None
+) -> None:
+    servers = [_Server(uvicorn.Config(app, log_level="info", **SERVER_OPTIONS)) for app, _ in apps]
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         with contextlib.suppress(NotImplementedError):  # not on every platform
             loop.add_signal_handler(sig, stop.set)
-    tasks = [asyncio.create_task(server.serve()) for server in servers]
+    tasks = [
+        asyncio.create_task(server.serve(sockets=[sock]))
+        for server, (_, sock) in zip(servers, apps, strict=True)
+    ]
     try:
         while not all(server.started for server in servers):
             if stop.is_set() or any(task.done() for task in tasks):
-                break  # stopped early, or one failed to start (its port is taken...)
+                break  # stopped early, or one failed to start
             await asyncio.sleep(0.05)
         else:
             print(sign_in_help(stack.dashboard_url), flush=True)
