@@ -1,5 +1,5 @@
-"""The load harness: one full gateway, a small local app for the task browsers, one
-Chromium holding every task's dashboard tab, and one worker per door per task.
+"""The load harness: the callers of the doors, one worker per door per task, and what the
+test reads back from the gateway (statuses and timings from its evidence, its memory).
 
 Each task gets a real dashboard page (the shim loaded from `/webmcp.js`, WebMCP on), an
 official MCP SDK client with the task's agent token, and a bridge client with its bridge
@@ -18,14 +18,14 @@ import json
 import statistics
 import time
 from collections import Counter
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
 import httpx2
 from mcp.client.streamable_http import streamable_http_client
-from playwright.async_api import Browser, BrowserContext, Page
+from playwright.async_api import BrowserContext, Page
 from playwright.async_api import Error as PlaywrightError
 
 from gateway.bridge import BridgeClient, load_bridge, sandbox_env_values
@@ -159,7 +159,6 @@ class LoadTask:
 @dataclass
 class Doors:
     base_url: str
-    control: dict[str, str]
     ledger: Ledger
     opening: asyncio.Semaphore = field(default_factory=lambda: asyncio.Semaphore(8))
 
@@ -305,12 +304,15 @@ async def call_statuses(
     task_id: str,
     timeouts: Counter[str] | None = None,
     waits: dict[str, list[float]] | None = None,
+    inside: dict[str, list[float]] | None = None,
 ) -> Counter[str]:
     """The statuses of the task's evidence records of kind `call`, page by page (counted,
     not kept: the records themselves would weigh on the memory this test measures).
     `timeouts` counts the timed-out calls' tools and the start of their messages; `waits`
     gets, by door, how long each admitted call waited in the gateway's own queues (its
-    evidence's `admission.waited_ms`, 0 for one that did not wait)."""
+    evidence's `admission.waited_ms`, 0 for one that did not wait); `inside`, by door, how
+    long each admitted call took from the gateway's pipeline taking it to its record (its
+    `duration_ms`: the caller's time less the door's transport and the client)."""
     found: Counter[str] = Counter()
     after = 0
     while True:
@@ -330,13 +332,15 @@ async def call_statuses(
                 for r in calls
                 if r["status"] == "timeout"
             )
-        if waits is not None:
-            for r in calls:
+        for r in calls:
+            if (r.get("error") or {}).get("code") == "overloaded":
+                continue
+            door = str(r.get("door"))
+            if waits is not None:
                 admission = (r.get("context") or {}).get("admission") or {}
-                if (r.get("error") or {}).get("code") != "overloaded":
-                    waits.setdefault(str(r.get("door")), []).append(
-                        float(admission.get("waited_ms", 0.0))
-                    )
+                waits.setdefault(door, []).append(float(admission.get("waited_ms", 0.0)))
+            if inside is not None:
+                inside.setdefault(door, []).append(float(r.get("duration_ms") or 0.0))
         after = max(int(r["seq"]) for r in records)
 
 
@@ -348,17 +352,41 @@ def task_spec(app_origin: str, dashboard: str) -> dict[str, Any]:
     )
 
 
-@contextlib.asynccontextmanager
-async def dashboard_contexts(browser: Browser, count: int) -> AsyncIterator[list[BrowserContext]]:
-    contexts = [await browser.new_context() for _ in range(count)]
-    try:
-        yield contexts
-    finally:
-        for context in contexts:
-            with contextlib.suppress(PlaywrightError):
-                await context.close()
-
-
 def dump(path: Any, figures: dict[str, Any]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(figures, indent=2) + "\n")
+
+
+class LoopLag:
+    """How late this process's event loop wakes a task that asked to sleep `every_s`: the
+    time a ready coroutine (a gateway handler, a client's reply) waits for the loop."""
+
+    def __init__(self, every_s: float = 0.05) -> None:
+        self.every_s = every_s
+        self.late_ms: list[float] = []
+        self._task: asyncio.Task[None] | None = None
+
+    async def _run(self) -> None:
+        while True:
+            start = time.perf_counter()
+            await asyncio.sleep(self.every_s)
+            self.late_ms.append((time.perf_counter() - start - self.every_s) * 1000)
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._run())
+
+    async def stop(self) -> dict[str, float]:
+        assert self._task is not None
+        self._task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._task
+        return spread(self.late_ms or [0.0])
+
+
+def spread(ms: list[float]) -> dict[str, float]:
+    """p50, p99 and max of a list of milliseconds, rounded for a report."""
+    return {
+        "p50": round(percentile(ms, 50), 1),
+        "p99": round(percentile(ms, 99), 1),
+        "max": round(max(ms), 1),
+    }

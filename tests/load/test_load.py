@@ -3,6 +3,9 @@ Chromium, its own task browser, and callers on MCP, WebMCP (and the page's own s
 and the parent tool bridge. Every call must end in exactly one contract result, leave
 exactly one evidence record, and everything a task held must be released when it ends.
 
+The gateway runs in the test's process; the sites, the dashboard's Chromium and every
+caller run in the generator's (`generator.py`).
+
 `make test` runs the short version; `make stress` the full one (64 tasks x 200 calls),
 which also writes its figures to bench/results/load.json.
 """
@@ -12,39 +15,33 @@ from __future__ import annotations
 import asyncio
 import json
 from collections import Counter
-from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
-import pytest_asyncio
 
 from gateway.browser import BrowserPool
-from gateway.browser.chromium import find_chromium, launch_args
-from gateway.serving import serving
 from gateway.tabs import TabHub
 from gateway.testing import test_settings
-from tests.browser.site import ForeignLog, allowed_app, foreign_app
 from tests.conftest import Live, LiveFactory
+from tests.load.generator import Generator
 from tests.load.harness import (
     CALL_BOUND_S,
     CODES,
     CONTRACT,
-    Doors,
     Ledger,
     LoadTask,
+    LoopLag,
     call_statuses,
-    dashboard_contexts,
     dump,
     percentile,
     rss_bytes,
-    seed_workspace,
     settled_rss,
+    spread,
     task_spec,
 )
-from tests.tabs.dashboard import dashboard_app
 
 pytestmark = [pytest.mark.browser]
 
@@ -67,28 +64,6 @@ SHORT = Shape(tasks=4, calls=25, tab_contexts=2, browser_processes=1, idle_calls
 FULL = Shape(tasks=64, calls=200, tab_contexts=4, browser_processes=2, idle_calls=200)
 
 
-@dataclass
-class Sites:
-    app: str
-    dashboard: str
-
-
-@pytest_asyncio.fixture
-async def sites() -> AsyncIterator[Sites]:
-    async with (
-        serving(foreign_app(ForeignLog())) as foreign,
-        serving(allowed_app(foreign)) as app,
-        serving(dashboard_app()) as dashboard,
-    ):
-        yield Sites(app, dashboard)
-
-
-def split(calls: int) -> tuple[int, int, int]:
-    """Calls per door: MCP 40 %, the page 30 %, the bridge the rest."""
-    mcp, page = calls * 4 // 10, calls * 3 // 10
-    return mcp, page, calls - mcp - page
-
-
 @pytest.mark.parametrize(
     "shape",
     [
@@ -97,72 +72,53 @@ def split(calls: int) -> tuple[int, int, int]:
     ],
 )
 async def test_every_call_ends_once_and_everything_is_released(
-    shape: Shape, tmp_path: Path, sites: Sites, live_factory: LiveFactory
+    shape: Shape, tmp_path: Path, live_factory: LiveFactory
 ) -> None:
-    from playwright.async_api import async_playwright
-
-    settings = test_settings(
-        tmp_path / "data",
-        dashboard_origins=[sites.dashboard],
-        max_contexts=shape.tasks + 4,
-        browser_processes=shape.browser_processes,
-    )
-    async with (
-        live_factory(settings) as started,
-        # A fresh connection per control call: uvicorn closes a connection idle for 5 s, and
-        # under this load a reused one can be closed under a request (not what is tested).
-        httpx.AsyncClient(
-            base_url=started.base_url,
-            limits=httpx.Limits(max_keepalive_connections=0),
-            timeout=CALL_BOUND_S,
-        ) as http,
-        async_playwright() as pw,
-    ):
-        live = Live(started.base_url, started.gateway, http)
-        browser = await pw.chromium.launch(
-            executable_path=find_chromium(), args=launch_args(webmcp=True)
+    # The sites, the dashboard pages and every caller run in the generator's process; the
+    # gateway runs here, alone on this event loop, as it runs in production.
+    async with Generator() as world:
+        settings = test_settings(
+            tmp_path / "data",
+            dashboard_origins=[world.dashboard],
+            max_contexts=shape.tasks + 4,
+            browser_processes=shape.browser_processes,
         )
-        try:
-            await run(shape, live, sites, browser)
-        finally:
-            await browser.close()
+        async with (
+            live_factory(settings) as started,
+            # A fresh connection per control call: uvicorn closes a connection idle for 5 s,
+            # and under this load a reused one can be closed under a request (not what is
+            # tested).
+            httpx.AsyncClient(
+                base_url=started.base_url,
+                limits=httpx.Limits(max_keepalive_connections=0),
+                timeout=CALL_BOUND_S,
+            ) as http,
+        ):
+            await run(shape, Live(started.base_url, started.gateway, http), world)
 
 
-async def run(shape: Shape, live: Live, sites: Sites, browser: Any) -> None:
+async def run(shape: Shape, live: Live, world: Generator) -> None:
     hub = live.gateway.services.get(TabHub)
     pool = live.gateway.services.get(BrowserPool)
-    warm = Doors(live.base_url, live.control, Ledger())
     # One task through every door first, so the baseline includes what the first call of
     # each kind loads once (imports, compiled schemas, Chromium's first context).
-    async with dashboard_contexts(browser, 1) as [context]:
-        await one_round(warm, live, sites, context, LoadTask({}), calls=10)
+    await one_round(world, live, Ledger(), calls=10)
     await wait_released(live, hub, pool)
     baseline = settled_rss()
     # Then the same mix from one task alone: what each door takes when nothing contends.
-    idle = Doors(live.base_url, live.control, Ledger())
-    async with dashboard_contexts(browser, 1) as [context]:
-        await one_round(idle, live, sites, context, LoadTask({}), calls=shape.idle_calls)
+    idle = Ledger()
+    alone = await one_round(world, live, idle, calls=shape.idle_calls)
     await wait_released(live, hub, pool)
+    idle_inside: dict[str, list[float]] = {}
+    await call_statuses(live.http, live.control, alone.task_id, inside=idle_inside)
 
     ledger = Ledger()
-    doors = Doors(live.base_url, live.control, ledger)
-    tasks: list[LoadTask] = []
+    tasks = [
+        LoadTask(await live.create_task(**task_spec_kwargs(world))) for _ in range(shape.tasks)
+    ]
     peak = baseline
-    async with dashboard_contexts(browser, shape.tab_contexts) as contexts:
-        for _ in range(shape.tasks):
-            tasks.append(LoadTask(await live.create_task(**task_spec_kwargs(sites))))
-        await asyncio.wait_for(
-            asyncio.gather(
-                *(
-                    doors.open_tab(contexts[i % len(contexts)], sites.dashboard, task)
-                    for i, task in enumerate(tasks)
-                )
-            ),
-            CALL_BOUND_S * 4,
-        )
-        await asyncio.wait_for(
-            asyncio.gather(*(seed_workspace(live.base_url, t) for t in tasks)), CALL_BOUND_S
-        )
+    await world.open(live.base_url, tasks, shape.tab_contexts)
+    try:
         for task in tasks:
             assert hub.describe(task.task_id)["connected"], task.task_id
 
@@ -175,28 +131,20 @@ async def run(shape: Shape, live: Live, sites: Sites, browser: Any) -> None:
                 await asyncio.sleep(0.2)
 
         sampler = asyncio.create_task(sample())
-        mcp, page, bridge = split(shape.calls)
-        # No bound of its own: every call inside is bounded by CALL_BOUND_S.
-        await asyncio.gather(
-            *(
-                worker
-                for task in tasks
-                for worker in (
-                    doors.mcp_worker(task, mcp),
-                    doors.page_worker(task, page),
-                    doors.bridge_worker(task, bridge),
-                )
-            )
-        )
+        lag = LoopLag()
+        lag.start()
+        await world.run(shape.calls, ledger)
         sampling = False
         await sampler
+        loop_lag = await lag.stop()
 
         # One evidence record per call, for every task (plus the seeding write).
         timeouts: Counter[str] = Counter()
         waits: dict[str, list[float]] = {}
+        inside: dict[str, list[float]] = {}
         per_task = {
             task.task_id: await call_statuses(
-                live.http, live.control, task.task_id, timeouts, waits
+                live.http, live.control, task.task_id, timeouts, waits, inside
             )
             for task in tasks
         }
@@ -205,6 +153,8 @@ async def run(shape: Shape, live: Live, sites: Sites, browser: Any) -> None:
             assert set(statuses) <= CONTRACT
         for task in tasks:
             await live.end_task(task.task_id)
+    finally:
+        await world.close()
     await wait_released(live, hub, pool)
     after = settled_rss()
 
@@ -218,18 +168,22 @@ async def run(shape: Shape, live: Live, sites: Sites, browser: Any) -> None:
         rss_after_mib=round(after / 2**20, 1),
         memory_per_task_kib=round((peak - baseline) / shape.tasks / 1024, 1),
         timeouts_recorded=dict(timeouts.most_common(12)),
-        idle_doors=idle.ledger.figures()["doors"],
-        admitted_p99_vs_idle=ledger.against(idle.ledger),
+        idle_doors=idle.figures()["doors"],
+        admitted_p99_vs_idle=ledger.against(idle),
         # What admitted calls waited in the gateway's queues (the rest of their time is
         # the work itself, on a machine the run keeps busy).
-        queue_wait_ms={
-            door: {
-                "p50": round(percentile(ms, 50), 1),
-                "p99": round(percentile(ms, 99), 1),
-                "max": round(max(ms), 1),
-            }
-            for door, ms in sorted(waits.items())
+        queue_wait_ms={door: spread(ms) for door, ms in sorted(waits.items())},
+        # What admitted calls took inside the gateway (pipeline to record), against the same
+        # for the task alone: the part of the caller's time the gateway answers for.
+        inside_gateway_ms={door: spread(ms) for door, ms in sorted(inside.items())},
+        inside_idle_ms={door: spread(ms) for door, ms in sorted(idle_inside.items())},
+        inside_p99_vs_idle={
+            door: round(percentile(ms, 99) / percentile(idle_inside[door], 99), 2)
+            for door, ms in sorted(inside.items())
+            if door in idle_inside
         },
+        # How late the gateway's event loop woke a ready task during the run.
+        loop_lag_ms=loop_lag,
     )
     print("\nload figures:", json.dumps(figures, indent=2))
     if shape is FULL:
@@ -250,28 +204,21 @@ async def run(shape: Shape, live: Live, sites: Sites, browser: Any) -> None:
     assert after - baseline < RSS_SLACK + (peak - baseline) / 2, (baseline, peak, after)
 
 
-def task_spec_kwargs(sites: Sites) -> dict[str, Any]:
-    body = task_spec(sites.app, sites.dashboard)
-    return {
-        "scopes": body["scopes"],
-        "app_origin": sites.app,
-        "budget": body["budget"],
-    }
+def task_spec_kwargs(world: Generator) -> dict[str, Any]:
+    body = task_spec(world.app, world.dashboard)
+    return {"scopes": body["scopes"], "app_origin": world.app, "budget": body["budget"]}
 
 
-async def one_round(
-    doors: Doors, live: Live, sites: Sites, context: Any, task: LoadTask, *, calls: int
-) -> None:
-    task.body = await live.create_task(**task_spec_kwargs(sites))
-    await doors.open_tab(context, sites.dashboard, task)
-    await seed_workspace(live.base_url, task)
-    mcp, page, bridge = split(calls)
-    await asyncio.gather(
-        doors.mcp_worker(task, mcp),
-        doors.page_worker(task, page),
-        doors.bridge_worker(task, bridge),
-    )
+async def one_round(world: Generator, live: Live, ledger: Ledger, *, calls: int) -> LoadTask:
+    """One task alone through every door, ended after; its outcomes go to `ledger`."""
+    task = LoadTask(await live.create_task(**task_spec_kwargs(world)))
+    await world.open(live.base_url, [task], contexts=1)
+    try:
+        await world.run(calls, ledger)
+    finally:
+        await world.close()
     await live.end_task(task.task_id)
+    return task
 
 
 async def wait_released(live: Live, hub: TabHub, pool: BrowserPool) -> None:
