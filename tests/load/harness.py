@@ -29,6 +29,7 @@ from playwright.async_api import BrowserContext, Page
 from playwright.async_api import Error as PlaywrightError
 
 from gateway.bridge import BridgeClient, load_bridge, sandbox_env_values
+from gateway.core.registry import exposed_name
 from gateway.core.results import ErrorCode, ToolStatus
 from mcp import Client
 from tests.conftest import task_body
@@ -190,11 +191,14 @@ class Doors:
             client = await stack.enter_async_context(
                 Client(streamable_http_client(f"{self.base_url}/v1/mcp", http_client=http))
             )
+            # As an agent does: the tools listed once, then called by their listed names (a
+            # name the client has not seen listed makes it list them again on every call).
+            await client.list_tools()
             snapshot = ""
 
             async def call(tool: str, args: dict[str, Any]) -> tuple[str, str | None]:
                 nonlocal snapshot
-                result = await client.call_tool(tool, args)
+                result = await client.call_tool(exposed_name(tool), args)
                 content: dict[str, Any] = result.structured_content or {}
                 if tool == "browser.snapshot" and content.get("status") == "succeeded":
                     snapshot = content["output"]["snapshot"]
