@@ -4,9 +4,10 @@ and the clients of the three doors. The gateway under load has its event loop to
 as it has in production.
 
 In one process with the gateway, the callers' own work (64 MCP SDK clients, 64 bridge
-clients, the Playwright driver's replies for 64 pages, the app's pages) ran on the
-gateway's event loop: a ready gateway handler waited behind them, and that wait was
-counted as the gateway's.
+clients, the Playwright driver's replies for 64 pages, the app's pages) would run on the
+gateway's event loop: a ready gateway handler would wait behind it, that wait would count
+as the gateway's, and callers slowed by the gateway would offer it less load than they
+mean to.
 
 `python -m tests.load.generator` first writes one JSON line with the sites' addresses,
 `{"app": url, "dashboard": url}`, then reads one command per line on stdin and answers
