@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
+import threading
 from collections.abc import Callable
 from pathlib import Path
 
@@ -115,3 +116,32 @@ async def test_the_wal_does_not_grow_with_what_is_written(
         # measured with the WAL never started over); this one is used again and again.
         assert store.checkpoints > 0
         assert size < written * 2000, (size, written)
+
+
+def count_sets(event: threading.Event) -> list[int]:
+    """Count `event.set()` calls from now on (the waiting thread keeps the same event)."""
+    count = [0]
+    original = event.set
+
+    def counted() -> None:
+        count[0] += 1
+        original()
+
+    event.set = counted  # type: ignore[method-assign]
+    return count
+
+
+@pytest.mark.usefixtures("quiet_checkpointer")
+async def test_a_burst_of_commits_wakes_the_checkpointer_once(tmp_path: Path) -> None:
+    # Each wake of its thread takes the GIL from the event loop that serves the calls, for
+    # a thread that only goes back to sleep until its quiet moment.
+    settings = test_settings(tmp_path / "data")
+    async for gw in started(settings):
+        checkpointer = gw.store.opened.writer.checkpointer
+        assert checkpointer is not None
+        dirty, enough = count_sets(checkpointer._dirty), count_sets(checkpointer._enough)
+        for start in range(100):
+            await gw.store.commit(rows(1, start))
+        assert dirty[0] <= 1  # the first commit of the burst, if none came before it
+        assert enough == [0]
+        assert gw.store.checkpoints == 0  # its quiet moment has not come

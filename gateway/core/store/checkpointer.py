@@ -21,8 +21,8 @@ log = logging.getLogger(__name__)
 
 class Checkpointer:
     """Copies SQLite's WAL into the database file from a thread and connection of its own:
-    once no commit came for `quiet_s`, or once `rows` were committed since the last time,
-    whichever is first. `PASSIVE`: it copies what no reader still needs and waits for no
+    once a whole `quiet_s` passed without a commit, or once `rows` were committed since the
+    last time, whichever is first. `PASSIVE`: it copies what no reader still needs and waits for no
     one, and the copy goes on while commits append to the WAL.
 
     The WAL file is used again from its start only once every frame is copied and no one
@@ -44,11 +44,16 @@ class Checkpointer:
         self.checkpoints = 0
         # What the last checkpoint found: frames in the WAL, and frames copied.
         self.last: tuple[int, int] | None = None
+        # Set by the first commit after a checkpoint, and by stopping.
         self._dirty = threading.Event()
+        # Set once `rows` were committed since the last checkpoint, and by stopping.
+        self._enough = threading.Event()
         self._stopping = False
-        # Rows since the last checkpoint; counted by the committing threads and reset by
-        # this one without a lock: an estimate is all a threshold needs.
+        # Rows since the last checkpoint, and commits ever: counted by the committing
+        # threads and read or reset by this one without a lock (an estimate is all a
+        # threshold needs, and any change at all is all a quiet moment needs).
         self._since = 0
+        self._commits = 0
         self._thread = threading.Thread(target=self._run, name="sqlite-checkpoint", daemon=True)
 
     def start(self) -> None:
@@ -57,25 +62,39 @@ class Checkpointer:
     def stop(self) -> None:
         self._stopping = True
         self._dirty.set()
+        self._enough.set()
         self._thread.join()
 
     def committed(self, rows: int) -> None:
+        """Called by the committing thread after each commit. It wakes this thread only
+        for the first commit since a checkpoint and for the one that crosses `rows`:
+        waking it for every commit made each commit hand the GIL to a thread that only
+        went back to sleep (4 % of the event loop's time in a snapshot loop, 7 % under
+        `make stress`)."""
         self._since += rows
-        self._dirty.set()
+        self._commits += 1
+        if not self._dirty.is_set():
+            self._dirty.set()
+        if self._since >= self.rows and not self._enough.is_set():
+            self._enough.set()
 
     def _run(self) -> None:
         conn: sqlite3.Connection | None = None
         try:
             while True:
                 self._dirty.wait()
-                # Wait for a quiet moment, unless enough rows piled up meanwhile.
+                # Wait for a quiet moment (a whole `quiet_s` without a commit), unless
+                # enough rows pile up meanwhile.
                 while not self._stopping and self._since < self.rows:
-                    self._dirty.clear()
-                    if not self._dirty.wait(self.quiet_s):
+                    seen = self._commits
+                    if self._enough.wait(self.quiet_s) or self._commits == seen:
                         break
                 if self._stopping:
                     return
+                # Cleared before the copy: a commit after this sets it again, and one
+                # before is in the WAL the copy reads.
                 self._dirty.clear()
+                self._enough.clear()
                 self._since = 0
                 if conn is None:
                     conn = self._connect()
