@@ -73,8 +73,9 @@ INLINE_MAX_ROWS = 8
 # ... and the most text (characters of its string values, summed) it may hold: a few large
 # records would keep the loop from every other call while SQLite copies them in.
 INLINE_MAX_BYTES = 64 * 1024
-# SQLite checkpoints: after this long without a commit, or once this many rows were
-# committed since the last one (about 4 MB of evidence, SQLite's own automatic threshold).
+# SQLite checkpoints: after a whole window this long without a commit, or once this many
+# rows were committed since the last one (about 4 MB of evidence, SQLite's own automatic
+# threshold).
 CHECKPOINT_QUIET_S = 0.05
 CHECKPOINT_ROWS = 4000
 # How long the writer's own connection waits for a lock another process holds, per try;
