@@ -96,22 +96,33 @@ def free_port(host: str = "127.0.0.1") -> int:
     starts in this process, bind its socket at once instead (`listening_socket`).
     """
     ephemeral = _ephemeral_range()
-    candidates = [p for p in range(10000, 65536) if p not in ephemeral and p not in _HANDED_OUT]
+    # Below 65535, so that the port after it exists too (the example's shared sandbox).
+    candidates = [p for p in range(10000, 65535) if p not in ephemeral and p not in _HANDED_OUT]
     for port in random.sample(candidates, min(len(candidates), 200)):
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        with socket.socket(_family(host), socket.SOCK_STREAM) as sock:
             try:
                 sock.bind((host, port))
             except OSError:
                 continue
         _HANDED_OUT.add(port)
         return port
-    raise RuntimeError(f"no free port outside {ephemeral.start}-{ephemeral.stop - 1} on {host}")
+    # An ephemeral range that leaves nothing outside it: the kernel's choice, as before.
+    with socket.socket(_family(host), socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        chosen: int = sock.getsockname()[1]
+    _HANDED_OUT.add(chosen)
+    return chosen
+
+
+def _family(host: str) -> socket.AddressFamily:
+    # As uvicorn binds a host itself: an address with a colon is IPv6.
+    return socket.AF_INET6 if ":" in host else socket.AF_INET
 
 
 def listening_socket(host: str, port: int = 0) -> socket.socket:
     """A bound, listening, non-blocking socket ready for uvicorn: on `port`, or on a free
     port the kernel picks (read it back with `getsockname`)."""
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock = socket.socket(_family(host), socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     # Accepted connections inherit it. uvicorn sets it only on sockets it binds itself;
     # without it every response written in two parts waited for the client's delayed ACK:
@@ -120,7 +131,7 @@ def listening_socket(host: str, port: int = 0) -> socket.socket:
     try:
         sock.bind((host, port))
         sock.listen(2048)
-    except OSError:
+    except (OSError, OverflowError):  # OverflowError: a port past 65535
         sock.close()
         raise
     sock.setblocking(False)

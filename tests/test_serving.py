@@ -7,6 +7,7 @@ import socket
 from pathlib import Path
 
 import httpx
+import pytest
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse
@@ -61,3 +62,15 @@ async def test_serving_takes_a_socket_bound_before_the_app_was_built() -> None:
         assert base == f"http://127.0.0.1:{port}"
         assert (await http.get("/where")).json() == {"port": port}
     assert sock.fileno() == -1  # closed with the server
+
+
+def test_a_listening_socket_on_an_ipv6_host() -> None:
+    # `gateway serve --host ::1` binds through it, as uvicorn would bind the host itself.
+    try:
+        sock = listening_socket("::1")
+    except OSError as error:  # a machine without IPv6 loopback
+        pytest.skip(f"no IPv6 loopback here: {error}")
+    with sock:
+        assert sock.family == socket.AF_INET6
+        client = socket.create_connection(("::1", sock.getsockname()[1]))
+        client.close()

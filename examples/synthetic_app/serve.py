@@ -205,7 +205,8 @@ async def running_stack(
     # Each app needs the others' addresses before it is built, so the three sockets are
     # bound first and handed to the servers: nothing can take a port in between.
     async with contextlib.AsyncExitStack() as servers:
-        sockets = [listening_socket(host) for _ in range(3)]
+        # The shared sandbox's only when no task gets a sandbox of its own.
+        sockets = [listening_socket(host) for _ in range(3 if provision is None else 2)]
         for sock in sockets:
             servers.callback(sock.close)
         urls = [f"http://{host}:{sock.getsockname()[1]}" for sock in sockets]
@@ -220,7 +221,7 @@ async def running_stack(
         apps = [stack.gateway_app, stack.dashboard.asgi()]
         if stack.sandbox is not None:
             apps.append(stack.sandbox.asgi())
-        for app, sock in zip(apps, sockets, strict=False):
+        for app, sock in zip(apps, sockets, strict=True):
             await servers.enter_async_context(serving(app, host=host, sock=sock))
         yield stack
 
@@ -251,6 +252,8 @@ async def serve_with_example(settings: Settings) -> None:
     # port that is taken is reported now, by name, and none can be taken in between.
     with contextlib.ExitStack() as bound:
         gateway_sock = bound.enter_context(_listen(host, settings.port, "the gateway"))
+        if not settings.port:  # its address, for the dashboard and the tasks' links
+            settings.port = gateway_sock.getsockname()[1]
         dashboard_sock = bound.enter_context(
             _listen(host, settings.example_port, "the example dashboard (GATEWAY_EXAMPLE_PORT)")
         )
@@ -285,7 +288,7 @@ async def serve_with_example(settings: Settings) -> None:
 def _listen(host: str, port: int, what: str) -> Iterator[socket.socket]:
     try:
         sock = listening_socket(host, port)
-    except OSError as error:
+    except (OSError, OverflowError) as error:
         message = f"gateway serve: cannot listen on {host}:{port} for {what}: {error}"
         raise SystemExit(message) from None
     with sock:

@@ -81,7 +81,9 @@ class Checkpointer:
     def _run(self) -> None:
         conn: sqlite3.Connection | None = None
         try:
-            while True:
+            # Checked again after each checkpoint: a `stop` whose wake the clears below
+            # took is seen here.
+            while not self._stopping:
                 self._dirty.wait()
                 # Wait for a quiet moment (a whole `quiet_s` without a commit), unless
                 # enough rows pile up meanwhile.
