@@ -138,8 +138,10 @@ def listening_socket(host: str, port: int = 0) -> socket.socket:
     return sock
 
 
-class _QuietServer(uvicorn.Server):
-    """A server that leaves signal handling to its host (a test run, the demo, a bench)."""
+class QuietServer(uvicorn.Server):
+    """A server that leaves signal handling to its host (a test run, the demo, a bench, or
+    `gateway serve --example`, whose servers share one process: each capturing SIGINT for
+    itself would stop only one of them)."""
 
     @contextlib.contextmanager
     def capture_signals(self) -> Iterator[None]:
@@ -153,16 +155,14 @@ async def serving(
     """Serve `app` until the block ends; yields its base URL (`http://host:port`).
 
     The server listens on `sock` when given (bound already, e.g. because its address had
-    to be known before the app was built; it is closed when the block ends), on `port`
-    when given, else on a socket bound here. A socket bound before the server starts
-    means the port cannot be taken by someone else between choosing it and listening.
+    to be known before the app was built), else on a socket bound here to `port` (a free
+    one when 0); either is closed when the block ends. Bound before the server starts, the
+    port cannot be taken by someone else between choosing it and listening.
     """
-    sockets: list[socket.socket] | None = None
-    if sock is None and not port:
-        sock = listening_socket(host)
-    if sock is not None:
-        port = sock.getsockname()[1]
-        sockets = [sock]
+    if sock is None:
+        sock = listening_socket(host, port)
+    port = sock.getsockname()[1]
+    sockets = [sock]
     config = uvicorn.Config(
         app,
         host=host,
@@ -172,7 +172,7 @@ async def serving(
         ws_ping_interval=None,
         **SERVER_OPTIONS,
     )
-    server = _QuietServer(config)
+    server = QuietServer(config)
     task = asyncio.create_task(server.serve(sockets=sockets))
     try:
         while not server.started:
@@ -185,5 +185,5 @@ async def serving(
         server.should_exit = True
         with contextlib.suppress(asyncio.CancelledError):
             await asyncio.wait_for(task, timeout=15)
-        for each in sockets or ():
+        for each in sockets:
             each.close()

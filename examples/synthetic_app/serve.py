@@ -35,7 +35,7 @@ from gateway.app import Extension, build_app, build_gateway, default_extensions
 from gateway.core.sandbox_spec import Repository
 from gateway.runtime import Gateway
 from gateway.sandbox.local import host_unready
-from gateway.serving import SERVER_OPTIONS, listening_socket, serving
+from gateway.serving import SERVER_OPTIONS, QuietServer, listening_socket, serving
 from gateway.settings import Settings
 
 # The example app as the gateway's settings register it for sandboxes.
@@ -235,15 +235,6 @@ def sign_in_help(dashboard_url: str) -> str:
     )
 
 
-class _Server(uvicorn.Server):
-    """A uvicorn server that leaves signals to `serve_with_example` (three servers share
-    one process; each capturing SIGINT for itself would stop only one of them)."""
-
-    @contextlib.contextmanager
-    def capture_signals(self) -> Iterator[None]:
-        yield
-
-
 async def serve_with_example(settings: Settings) -> None:
     """`gateway serve` with the example: the gateway in front, both instances beside it."""
     host = settings.host
@@ -298,7 +289,9 @@ def _listen(host: str, port: int, what: str) -> Iterator[socket.socket]:
 async def _serve_all(
     stack: ExampleStack, apps: list[tuple[Any, socket.socket]], unusable: str | None
 ) -> None:
-    servers = [_Server(uvicorn.Config(app, log_level="info", **SERVER_OPTIONS)) for app, _ in apps]
+    servers = [
+        QuietServer(uvicorn.Config(app, log_level="info", **SERVER_OPTIONS)) for app, _ in apps
+    ]
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):

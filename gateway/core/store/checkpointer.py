@@ -22,8 +22,8 @@ log = logging.getLogger(__name__)
 class Checkpointer:
     """Copies SQLite's WAL into the database file from a thread and connection of its own:
     once a whole `quiet_s` passed without a commit, or once `rows` were committed since the
-    last time, whichever is first. `PASSIVE`: it copies what no reader still needs and waits for no
-    one, and the copy goes on while commits append to the WAL.
+    last time, whichever is first. `PASSIVE`: it copies what no reader still needs and
+    waits for no one, and the copy goes on while commits append to the WAL.
 
     The WAL file is used again from its start only once every frame is copied and no one
     is in the middle of a commit, which commits arriving all the time never let happen
