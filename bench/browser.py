@@ -322,18 +322,22 @@ async def measure_start(bench: Bench, rounds: int) -> tuple[list[dict[str, Any]]
 
     # Each start is timed on an idle machine: a warm context refilled just before keeps its
     # renderer starting for half a second after the stock is full, and that burst would
-    # land in whichever start came next.
-    async def raw(browser: Any = None) -> float:
+    # land in whichever start came next. The warm gateway refills its stock a second after
+    # a hand-off, so a quiet CPU alone is not enough: its refill, in the Chromium every
+    # side but raw Playwright's shares, would open a renderer during the next start.
+    async def settled() -> None:
+        await warm_pool.stocked()
         await cpu_quiet()
+
+    async def raw(browser: Any = None) -> float:
+        await settled()
         seconds, (context, _page, _snap) = await timed(lambda: bench.raw_start(browser))
         await context.close()
         return seconds
 
     async def through(gw: Any) -> float:
         task_id, token = await bench.new_task(gw)
-        if gw is warm:
-            await warm_pool.stocked()
-        await cpu_quiet()
+        await settled()
         seconds, _ = await timed(lambda: bench.gateway_start(gw, token))
         await gw.tasks.end(task_id)
         return seconds
