@@ -17,6 +17,8 @@ from typing import Any
 import uvicorn
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
+from gateway.corked import CorkedTransport
+
 # A request's head (its request line and headers) must arrive whole within this time of the
 # connection opening or of the previous answer: a client trickling a header line every few
 # seconds would otherwise hold its connection (and a server slot) for as long as it likes.
@@ -24,12 +26,14 @@ HEAD_TIMEOUT_S = 10.0
 
 
 class HeadDeadlineProtocol(HttpToolsProtocol):
-    """uvicorn's HTTP protocol with a deadline for each request's head."""
+    """uvicorn's HTTP protocol with a deadline for each request's head, writing through a
+    `CorkedTransport`."""
 
     _head_deadline: asyncio.TimerHandle | None = None
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-        super().connection_made(transport)
+        # A response's head and body leave in one packet (`gateway.corked`).
+        super().connection_made(CorkedTransport(transport, self.loop))
         self._arm()
 
     def on_headers_complete(self) -> None:

@@ -57,7 +57,13 @@ LAYERS: list[tuple[str, set[str]]] = [
     ("the call", {"gateway.core.pipeline"}),
     (
         "the running gateway",
-        {"gateway.settings", "gateway.parts", "gateway.runtime", "gateway.serving"},
+        {
+            "gateway.settings",
+            "gateway.parts",
+            "gateway.runtime",
+            "gateway.serving",
+            "gateway.corked",
+        },
     ),
     (
         "adapters",
