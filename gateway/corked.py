@@ -1,13 +1,16 @@
-"""A transport that sends what one turn of the event loop writes in one piece.
+"""A transport that sends a response's head with its body, in one packet.
 
 uvicorn writes a response's head and its body with a write each. With Nagle's algorithm
 off, as asyncio sets it, each write is a packet and each packet wakes the client: it reads
 the head, sleeps, and is woken again for the body. An answer that the client could read
 whole at once costs it, and the server whose send hands the CPU to it, a second wake-up on
-every request. `CorkedTransport` holds the writes made in one turn of the loop and sends them
-at the end of that turn, as one write: the head and body of a response that was complete
-when its handler returned leave together; a stream's chunks still leave in the turn that
-wrote them.
+every request.
+
+`CorkedTransport` holds a write until the next one, which takes it along, or until the end
+of the loop's turn, whichever comes first. The head of a response whose body is ready goes
+out with the body, at once; a head whose body is not (a stream) goes out at the end of the
+turn that wrote it, as does a stream's chunk. A write is never held longer, nor behind
+another response's work: the body's write sends both without waiting for the turn to end.
 
 Nothing waits on the held bytes: they are counted in the write buffer's size (so the
 protocol's flow control sees them), sent before the transport closes or half-closes, and
@@ -22,7 +25,7 @@ from typing import Any
 
 
 class CorkedTransport(asyncio.Transport):
-    """`transport` with the writes of one loop turn joined into one."""
+    """`transport`, each write held until the next one or the end of the loop's turn."""
 
     def __init__(self, transport: asyncio.Transport, loop: asyncio.AbstractEventLoop) -> None:
         super().__init__()
@@ -36,14 +39,15 @@ class CorkedTransport(asyncio.Transport):
     def write(self, data: bytes | bytearray | memoryview) -> None:
         if not data:
             return
-        if not self._held:
-            self._loop.call_soon(self._send)
         self._held.append(bytes(data))
         self._size += len(data)
+        if len(self._held) == 1:
+            self._loop.call_soon(self._send)
+        else:
+            self._send()  # the write that was held goes with this one, now
 
     def writelines(self, list_of_data: Iterable[bytes | bytearray | memoryview]) -> None:
-        for data in list_of_data:
-            self.write(data)
+        self.write(b"".join(list_of_data))
 
     def _send(self) -> None:
         if not self._held:

@@ -30,11 +30,19 @@ class HeadDeadlineProtocol(HttpToolsProtocol):
     `CorkedTransport`."""
 
     _head_deadline: asyncio.TimerHandle | None = None
+    _uncorked: asyncio.Transport
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        self._uncorked = transport
         # A response's head and body leave in one packet (`gateway.corked`).
         super().connection_made(CorkedTransport(transport, self.loop))
         self._arm()
+
+    def handle_websocket_upgrade(self) -> None:
+        # A websocket frame is one write already: held to the end of the turn, it would
+        # only be late.
+        self.transport = self._uncorked
+        super().handle_websocket_upgrade()
 
     def on_headers_complete(self) -> None:
         self._disarm()

@@ -1,5 +1,5 @@
-"""The server's corked transport: what one turn of the loop writes leaves in one packet, and
-nothing it holds is kept past that turn, lost on close, or sent after an abort."""
+"""The server's corked transport: a response's head leaves with its body, in one packet, and
+nothing it holds is kept past the loop's turn, lost on close, or sent after an abort."""
 
 from __future__ import annotations
 
@@ -114,20 +114,27 @@ def read_until_closed(sock: socket.socket) -> bytes:
     return data
 
 
-async def test_writes_of_one_turn_are_one_send_counted_in_the_buffer_meanwhile() -> None:
+async def test_a_write_waits_for_the_next_one_or_the_end_of_the_turn_never_longer() -> None:
     corked, peer = await corked_pair()
     with peer:
         raw = corked.get_extra_info("socket")
-        _, sent_before = data_segments(raw)
+        _, sent = data_segments(raw)
         corked.write(b"head;")
-        corked.writelines([b"body", b";end"])
-        # Held, not lost to flow control: the protocol sees them as buffered.
-        assert corked.get_write_buffer_size() == len(b"head;body;end")
-        await asyncio.sleep(0)
-        _, sent_after = data_segments(raw)
-        assert sent_after - sent_before == 1
-        assert peer.recv(65536) == b"head;body;end"
+        # Held, not lost to flow control: the protocol sees it as buffered.
+        assert corked.get_write_buffer_size() == len(b"head;")
+        assert data_segments(raw)[1] == sent
+        # The next write takes it along at once, in one packet, without waiting for the turn.
+        corked.writelines([b"body", b";"])
         assert corked.get_write_buffer_size() == 0
+        assert data_segments(raw)[1] == sent + 1
+        # A lone write leaves when the turn ends.
+        corked.write(b"chunk")
+        await asyncio.sleep(0)
+        assert data_segments(raw)[1] == sent + 2
+        received = b""
+        while len(received) < len(b"head;body;chunk"):
+            received += await asyncio.to_thread(peer.recv, 65536)
+        assert received == b"head;body;chunk"
         corked.close()
 
 
