@@ -6,15 +6,17 @@ the head, sleeps, and is woken again for the body. An answer that the client cou
 whole at once costs it, and the server whose send hands the CPU to it, a second wake-up on
 every request.
 
-`CorkedTransport` holds a write until the next one, which takes it along, or until the end
-of the loop's turn, whichever comes first. The head of a response whose body is ready goes
-out with the body, at once; a head whose body is not (a stream) goes out at the end of the
-turn that wrote it, as does a stream's chunk. A write is never held longer, nor behind
-another response's work: the body's write sends both without waiting for the turn to end.
+The protocol marks the write that will be a response's head (`hold_next`, once the
+request's head is in). `CorkedTransport` holds that one write until the next, which takes
+it along at once, or until the end of the loop's turn, whichever comes first: the head of
+a response whose body is ready leaves with the body, with no wait; a head whose body is
+not ready (a stream) leaves at the end of the turn that wrote it. Every other write (a
+stream's events, the rest of a body) goes straight to the socket's transport.
 
-Nothing waits on the held bytes: they are counted in the write buffer's size (so the
-protocol's flow control sees them), sent before the transport closes or half-closes, and
-dropped only by `abort`, as the transport's own buffer is.
+Nothing waits on the held head: it is counted in the write buffer's size (the protocol's
+flow control sees it), sent by `flush` before the transport closes or half-closes and
+whenever the protocol must send at once (the client's end of the stream, a websocket
+upgrade), and dropped only by `abort`, as the transport's own buffer is.
 """
 
 from __future__ import annotations
@@ -25,38 +27,50 @@ from typing import Any
 
 
 class CorkedTransport(asyncio.Transport):
-    """`transport`, each write held until the next one or the end of the loop's turn."""
+    """`transport`, a response's head held until its body or the end of the loop's turn."""
 
     def __init__(self, transport: asyncio.Transport, loop: asyncio.AbstractEventLoop) -> None:
         super().__init__()
         self._transport = transport
         self._loop = loop
+        self._hold_next = False
         self._held: list[bytes] = []
         self._size = 0
+        self._turn_end: asyncio.Handle | None = None
+
+    def hold_next(self) -> None:
+        """The next write is a response's head: it waits for the one after it."""
+        self._hold_next = True
 
     # -- writing ----------------------------------------------------------------------------
 
     def write(self, data: bytes | bytearray | memoryview) -> None:
         if not data:
             return
-        self._held.append(bytes(data))
-        self._size += len(data)
-        if len(self._held) == 1:
-            self._loop.call_soon(self._send)
+        if self._held:
+            self._held.append(bytes(data))
+            self.flush()  # the held head goes with this write, now
+        elif self._hold_next:
+            self._hold_next = False
+            self._held.append(bytes(data))
+            self._size = len(data)
+            self._turn_end = self._loop.call_soon(self.flush)
         else:
-            self._send()  # the write that was held goes with this one, now
+            self._transport.write(data)
 
     def writelines(self, list_of_data: Iterable[bytes | bytearray | memoryview]) -> None:
         self.write(b"".join(list_of_data))
 
-    def _send(self) -> None:
+    def flush(self) -> None:
+        """Send what is held now."""
+        if self._turn_end is not None:
+            self._turn_end.cancel()
+            self._turn_end = None
         if not self._held:
             return
-        data = self._held[0] if len(self._held) == 1 else b"".join(self._held)
-        self._held.clear()
-        self._size = 0
+        held, self._held, self._size = self._held, [], 0
         if not self._transport.is_closing():
-            self._transport.write(data)
+            self._transport.writelines(held)
 
     def get_write_buffer_size(self) -> int:
         return self._transport.get_write_buffer_size() + self._size
@@ -71,18 +85,20 @@ class CorkedTransport(asyncio.Transport):
         return self._transport.can_write_eof()
 
     def write_eof(self) -> None:
-        self._send()
+        self.flush()
         self._transport.write_eof()
 
     # -- closing ----------------------------------------------------------------------------
 
     def close(self) -> None:
-        self._send()
+        self.flush()
         self._transport.close()
 
     def abort(self) -> None:
-        self._held.clear()
-        self._size = 0
+        if self._turn_end is not None:
+            self._turn_end.cancel()
+            self._turn_end = None
+        self._held, self._size = [], 0
         self._transport.abort()
 
     def is_closing(self) -> bool:

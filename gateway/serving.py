@@ -30,23 +30,37 @@ class HeadDeadlineProtocol(HttpToolsProtocol):
     `CorkedTransport`."""
 
     _head_deadline: asyncio.TimerHandle | None = None
+    _corked: CorkedTransport
     _uncorked: asyncio.Transport
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-        self._uncorked = transport
         # A response's head and body leave in one packet (`gateway.corked`).
-        super().connection_made(CorkedTransport(transport, self.loop))
+        self._uncorked = transport
+        self._corked = CorkedTransport(transport, self.loop)
+        super().connection_made(self._corked)
         self._arm()
-
-    def handle_websocket_upgrade(self) -> None:
-        # A websocket frame is one write already: held to the end of the turn, it would
-        # only be late.
-        self.transport = self._uncorked
-        super().handle_websocket_upgrade()
 
     def on_headers_complete(self) -> None:
         self._disarm()
+        # A request that waits behind another's response (pipelined) starts later, when its
+        # head has nothing to be joined with in this turn.
+        starts_now = self.cycle is None or self.cycle.response_complete
         super().on_headers_complete()
+        if starts_now:
+            self._corked.hold_next()
+
+    def eof_received(self) -> None:
+        # The socket's transport closes itself next (this returns nothing): what is held
+        # goes out first.
+        self._corked.flush()
+        super().eof_received()
+
+    def handle_websocket_upgrade(self) -> None:
+        # A websocket frame is one write already: it goes straight to the socket, after
+        # anything an earlier response still holds.
+        self._corked.flush()
+        self.transport = self._uncorked
+        super().handle_websocket_upgrade()
 
     def on_response_complete(self) -> None:
         super().on_response_complete()

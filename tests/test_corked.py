@@ -7,14 +7,17 @@ import asyncio
 import socket
 import struct
 from collections.abc import AsyncIterator
+from typing import Any
 
+import uvicorn
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, StreamingResponse
 from starlette.routing import Route
+from uvicorn.server import ServerState
 
 from gateway.corked import CorkedTransport
-from gateway.serving import serving
+from gateway.serving import SERVER_OPTIONS, HeadDeadlineProtocol, serving
 
 # struct tcp_info (linux/tcp.h): tcpi_data_segs_in and tcpi_data_segs_out, the segments with
 # data that a connection has received and sent (Linux 4.6 and later).
@@ -114,39 +117,48 @@ def read_until_closed(sock: socket.socket) -> bytes:
     return data
 
 
-async def test_a_write_waits_for_the_next_one_or_the_end_of_the_turn_never_longer() -> None:
+async def test_a_head_waits_for_its_body_or_the_turns_end_and_nothing_else_waits() -> None:
     corked, peer = await corked_pair()
     with peer:
         raw = corked.get_extra_info("socket")
         _, sent = data_segments(raw)
+        corked.hold_next()
         corked.write(b"head;")
         # Held, not lost to flow control: the protocol sees it as buffered.
         assert corked.get_write_buffer_size() == len(b"head;")
         assert data_segments(raw)[1] == sent
-        # The next write takes it along at once, in one packet, without waiting for the turn.
+        # The body takes it along at once, in one packet, without waiting for the turn.
         corked.writelines([b"body", b";"])
         assert corked.get_write_buffer_size() == 0
         assert data_segments(raw)[1] == sent + 1
-        # A lone write leaves when the turn ends.
-        corked.write(b"chunk")
-        await asyncio.sleep(0)
+        # Any other write goes straight out (a stream's event is never held).
+        corked.write(b"event;")
         assert data_segments(raw)[1] == sent + 2
+        # A head whose body is not ready leaves when the turn ends.
+        corked.hold_next()
+        corked.write(b"stream head")
+        assert data_segments(raw)[1] == sent + 2
+        await asyncio.sleep(0)
+        assert data_segments(raw)[1] == sent + 3
+        expected = b"head;body;event;stream head"
         received = b""
-        while len(received) < len(b"head;body;chunk"):
+        while len(received) < len(expected):
             received += await asyncio.to_thread(peer.recv, 65536)
-        assert received == b"head;body;chunk"
+        assert received == expected
         corked.close()
 
 
 async def test_close_sends_what_is_held_and_abort_drops_it() -> None:
     corked, peer = await corked_pair()
     with peer:
+        corked.hold_next()
         corked.write(b"the last words")
         corked.close()  # in the same turn as the write
         assert await asyncio.to_thread(read_until_closed, peer) == b"the last words"
 
     corked, peer = await corked_pair()
     with peer:
+        corked.hold_next()
         corked.write(b"never sent")
         corked.abort()
         await asyncio.sleep(0)
@@ -155,3 +167,28 @@ async def test_close_sends_what_is_held_and_abort_drops_it() -> None:
         except ConnectionResetError:
             left = b""
         assert left == b""
+
+
+async def test_the_clients_end_of_stream_does_not_lose_a_held_head() -> None:
+    # When the client half-closes, uvicorn's protocol lets the socket's transport close
+    # itself, around the cork: the protocol sends what is held first.
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        raise AssertionError("no request is made")
+
+    config = uvicorn.Config(app, **SERVER_OPTIONS)
+    config.load()
+    protocol = HeadDeadlineProtocol(config=config, server_state=ServerState(), app_state={})
+    loop = asyncio.get_running_loop()
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        peer = socket.create_connection(server.getsockname())
+        accepted, _ = server.accept()
+    with peer:
+        await loop.connect_accepted_socket(lambda: protocol, accepted)
+        protocol._corked.hold_next()
+        protocol.transport.write(b"HTTP/1.1 204 No Content\r\n\r\n")
+        # What the socket's transport does when the client's FIN comes in: it tells the
+        # protocol, then closes itself.
+        protocol.eof_received()
+        protocol._uncorked.close()
+        received = await asyncio.to_thread(read_until_closed, peer)
+        assert received == b"HTTP/1.1 204 No Content\r\n\r\n"
