@@ -6,10 +6,12 @@ from __future__ import annotations
 import asyncio
 import socket
 import struct
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable, Coroutine
 from typing import Any
 
+import pytest
 import uvicorn
+import uvloop
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, StreamingResponse
@@ -51,24 +53,30 @@ def exchange(client: socket.socket, request: bytes) -> bytes:
     return body
 
 
-async def test_a_response_head_and_body_reach_the_client_in_one_packet() -> None:
+@pytest.mark.parametrize("run", [asyncio.run, uvloop.run], ids=["asyncio", "uvloop"])
+def test_a_response_head_and_body_reach_the_client_in_one_packet(
+    run: Callable[[Coroutine[Any, Any, None]], None],
+) -> None:
     # uvicorn writes the head and the body apart: uncorked, the client got two packets and
-    # was woken for each.
+    # was woken for each. On both loops (`gateway serve` runs on uvloop).
     async def page(request: Request) -> JSONResponse:
         return JSONResponse({"text": "x" * 4000})
 
-    app = Starlette(routes=[Route("/page", page)])
-    async with serving(app) as base:
-        host, port = base.removeprefix("http://").rsplit(":", 1)
-        client = socket.create_connection((host, int(port)))
-        with client:
-            for _ in range(3):  # every response of a kept-alive connection
-                before, _ = data_segments(client)
-                request = f"GET /page HTTP/1.1\r\nhost: {host}\r\n\r\n".encode()
-                body = await asyncio.to_thread(exchange, client, request)
-                after, _ = data_segments(client)
-                assert body.startswith(b'{"text":"xxx')
-                assert after - before == 1
+    async def exchanges() -> None:
+        app = Starlette(routes=[Route("/page", page)])
+        async with serving(app) as base:
+            host, port = base.removeprefix("http://").rsplit(":", 1)
+            client = socket.create_connection((host, int(port)))
+            with client:
+                for _ in range(3):  # every response of a kept-alive connection
+                    before, _ = data_segments(client)
+                    request = f"GET /page HTTP/1.1\r\nhost: {host}\r\n\r\n".encode()
+                    body = await asyncio.to_thread(exchange, client, request)
+                    after, _ = data_segments(client)
+                    assert body.startswith(b'{"text":"xxx')
+                    assert after - before == 1
+
+    run(exchanges())
 
 
 async def test_a_streamed_chunk_leaves_in_the_turn_that_wrote_it() -> None:
