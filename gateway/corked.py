@@ -34,8 +34,7 @@ class CorkedTransport(asyncio.Transport):
         self._transport = transport
         self._loop = loop
         self._hold_next = False
-        self._held: list[bytes] = []
-        self._size = 0
+        self._head = b""  # the held write; empty when none is
         self._turn_end: asyncio.Handle | None = None
 
     def hold_next(self) -> None:
@@ -47,13 +46,11 @@ class CorkedTransport(asyncio.Transport):
     def write(self, data: bytes | bytearray | memoryview) -> None:
         if not data:
             return
-        if self._held:
-            self._held.append(bytes(data))
-            self.flush()  # the held head goes with this write, now
+        if self._head:
+            self._send(self._head, bytes(data))  # the held head goes with this write, now
         elif self._hold_next:
             self._hold_next = False
-            self._held.append(bytes(data))
-            self._size = len(data)
+            self._head = bytes(data)
             self._turn_end = self._loop.call_soon(self.flush)
         else:
             self._transport.write(data)
@@ -63,17 +60,22 @@ class CorkedTransport(asyncio.Transport):
 
     def flush(self) -> None:
         """Send what is held now."""
+        if self._head:
+            self._send(self._head)
+
+    def _send(self, *parts: bytes) -> None:
+        self._drop()
+        if not self._transport.is_closing():
+            self._transport.writelines(parts)
+
+    def _drop(self) -> None:
         if self._turn_end is not None:
             self._turn_end.cancel()
             self._turn_end = None
-        if not self._held:
-            return
-        held, self._held, self._size = self._held, [], 0
-        if not self._transport.is_closing():
-            self._transport.writelines(held)
+        self._head = b""
 
     def get_write_buffer_size(self) -> int:
-        return self._transport.get_write_buffer_size() + self._size
+        return self._transport.get_write_buffer_size() + len(self._head)
 
     def get_write_buffer_limits(self) -> tuple[int, int]:
         return self._transport.get_write_buffer_limits()
@@ -95,10 +97,7 @@ class CorkedTransport(asyncio.Transport):
         self._transport.close()
 
     def abort(self) -> None:
-        if self._turn_end is not None:
-            self._turn_end.cancel()
-            self._turn_end = None
-        self._held, self._size = [], 0
+        self._drop()
         self._transport.abort()
 
     def is_closing(self) -> bool:

@@ -79,9 +79,9 @@ def test_a_response_head_and_body_reach_the_client_in_one_packet(
     run(exchanges())
 
 
-async def test_a_streamed_chunk_leaves_in_the_turn_that_wrote_it() -> None:
-    # The cork holds bytes only until the loop's turn ends: a stream's first chunk reaches
-    # the client while the stream still waits for its second.
+async def test_a_streamed_chunk_is_not_held_back() -> None:
+    # Only a response's head waits, and never past the loop's turn: a stream's first chunk
+    # reaches the client while the stream still waits for its second.
     second = asyncio.Event()
 
     async def chunks() -> AsyncIterator[bytes]:
@@ -169,6 +169,7 @@ async def test_close_sends_what_is_held_and_abort_drops_it() -> None:
         corked.hold_next()
         corked.write(b"never sent")
         corked.abort()
+        assert corked.get_write_buffer_size() == 0  # dropped, not merely refused later
         await asyncio.sleep(0)
         try:
             left = await asyncio.to_thread(read_until_closed, peer)
