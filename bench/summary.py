@@ -227,7 +227,9 @@ def chart(rows: list[dict[str, Any]], path: Path) -> Path:
             xycoords="axes fraction",
             fontsize=8,
         )
-    fig.suptitle(f"make bench, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
+    # Drawn from whatever results are on disk: each area's latest run, not one sitting.
+    drawn = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    fig.suptitle(f"bench/results, each area's latest run; drawn {drawn}")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
