@@ -417,6 +417,10 @@ async def gateway(
         cwd=cwd,
         stdout=log,
         stderr=subprocess.STDOUT,
+        # A session of its own, as a service has and as the SDK's stdio client gives each
+        # peer process: Linux schedules sessions as groups (autogroup), so a gateway left
+        # in the bench's session would share one group's CPU with the bench's clients.
+        start_new_session=True,
     )
     base_url = f"http://127.0.0.1:{port}"
     try:
