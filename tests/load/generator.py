@@ -168,6 +168,9 @@ class Generator:
             stdin=asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.PIPE,
             limit=LINE_LIMIT,
+            # A session of its own: Linux schedules sessions as groups (autogroup), and the
+            # gateway's callers are not the gateway's to share a group with.
+            start_new_session=True,
         )
         try:
             sites = await self._answer("start", CALL_BOUND_S)
