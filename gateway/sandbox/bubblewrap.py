@@ -106,6 +106,18 @@ def _system_mounts() -> list[str]:
     return args
 
 
+def setenv(name: str, value: str) -> list[str]:
+    """The jail's arguments that set one variable of the sandbox's environment."""
+    return ["--setenv", name, value]
+
+
+def jail_marker(name: str, value: str) -> bytes:
+    """What `/proc/<pid>/cmdline` of a jail whose environment sets `name` to `value` holds
+    (its arguments, each ended by a NUL): a process started with those arguments is that
+    jail's, whatever user it runs as and whichever PID namespace it is in."""
+    return b"".join(arg.encode() + b"\0" for arg in setenv(name, value))
+
+
 def command_line(plan: JailPlan) -> list[str]:
     """The whole argv: limits, namespaces and mounts, the user, then the app's command."""
     argv = ["prlimit", *limit_args(plan.limits), "--", "bwrap"]
@@ -142,7 +154,7 @@ def command_line(plan: JailPlan) -> list[str]:
     argv += ["--ro-bind", str(plan.checkout), APP_DIR, "--bind", str(plan.data), DATA_DIR]
     argv += ["--chdir", APP_DIR]
     for name, value in sorted(plan.env.items()):
-        argv += ["--setenv", name, value]
+        argv += setenv(name, value)
     if plan.info_fd is not None:
         argv += ["--info-fd", str(plan.info_fd)]
     if plan.seccomp_fd is not None:

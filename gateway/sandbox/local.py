@@ -47,7 +47,7 @@ from gateway.core.sandbox_spec import Limits, Provision, Repository
 from gateway.parts import LocalConfig
 
 from . import local_folder, local_jail, manifest, probe, seccomp
-from .bubblewrap import APP_DIR, find_tools
+from .bubblewrap import APP_DIR, find_tools, jail_marker
 from .cgroup import CgroupParent
 from .checkout import Checkout
 from .commit_tree import resolve_commit
@@ -258,9 +258,12 @@ class LocalProvider(SandboxProvider):
         if process is not None and process.returncode is None:
             with contextlib.suppress(ProcessLookupError):
                 process.kill()  # bwrap: its init, and with it the PID namespace, follow
+        # A jail killed while it set up can leave its namespace's first process behind: it
+        # runs as root, in a namespace not reported yet, waiting for its dead parent.
+        marker = jail_marker(local_folder.ID_VARIABLE, handle.sandbox_id)
         deadline = time.monotonic() + KILL_WAIT_S
         while True:
-            found = sandbox_processes(handle.uid, handle.pid_namespace)
+            found = sandbox_processes(handle.uid, handle.pid_namespace, marker)
             for pid in found:
                 with contextlib.suppress(OSError):
                     os.kill(pid, signal.SIGKILL)
@@ -273,7 +276,7 @@ class LocalProvider(SandboxProvider):
                 handle.release_namespace()
                 return 0
             if time.monotonic() >= deadline:
-                return len(sandbox_processes(handle.uid, handle.pid_namespace))
+                return len(sandbox_processes(handle.uid, handle.pid_namespace, marker))
             if found:
                 await asyncio.sleep(0.02)
 

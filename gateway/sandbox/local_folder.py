@@ -29,6 +29,9 @@ from .local_sandbox import LocalSandbox
 log = logging.getLogger(__name__)
 
 PYTHON = "{python}"
+# The variable that names the sandbox to its app; the jail's arguments set it, so they
+# also mark the jail's processes (`bubblewrap.jail_marker`).
+ID_VARIABLE = "SANDBOX_ID"
 
 
 def prepare(handle: LocalSandbox, budgets: Budgets, cgroup: CgroupParent | None) -> Checkout:
@@ -69,7 +72,7 @@ def prepare(handle: LocalSandbox, budgets: Budgets, cgroup: CgroupParent | None)
         "HOME": DATA_DIR,
         "TMPDIR": "/tmp",  # noqa: S108 - the sandbox's own
         "LANG": "C.UTF-8",
-        "SANDBOX_ID": handle.sandbox_id,
+        ID_VARIABLE: handle.sandbox_id,
         "SANDBOX_COMMIT": checkout.commit,
         "SANDBOX_ORIGIN": handle.origin,
         "SANDBOX_DATA": DATA_DIR,

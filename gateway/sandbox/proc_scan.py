@@ -1,8 +1,9 @@
 """The processes of the sandboxes' users, read from /proc, and ending them.
 
-A sandbox's processes are those of its uid (real, effective, saved or filesystem) or of its
-PID namespace; teardown counts what is left of them, and a uid is used again only once
-nothing holds it.
+A sandbox's processes are those of its uid (real, effective, saved or filesystem), of its
+PID namespace, or started with its jail's arguments (a jail still setting up runs as root,
+and its namespace may not be known yet); teardown counts what is left of them, and a uid
+is used again only once nothing holds it.
 """
 
 from __future__ import annotations
@@ -18,17 +19,23 @@ PROC = Path("/proc")
 KILL_WAIT_S = 5.0
 
 
-def sandbox_processes(uid: int, pid_namespace: int | None) -> list[int]:
-    """Processes that belong to a sandbox: of its user, or in its PID namespace."""
-    return [pid for pid, uids in _processes(pid_namespace) if uids is None or uid in uids]
+def sandbox_processes(
+    uid: int, pid_namespace: int | None, jail_marker: bytes | None = None
+) -> list[int]:
+    """Processes that belong to a sandbox: of its user, in its PID namespace, or whose
+    command line holds `jail_marker` (`bubblewrap.jail_marker`)."""
+    return [
+        pid for pid, uids in _processes(pid_namespace, jail_marker) if uids is None or uid in uids
+    ]
 
 
 def _processes(
-    pid_namespace: int | None = None, *, zombies: bool = True
+    pid_namespace: int | None = None, jail_marker: bytes | None = None, *, zombies: bool = True
 ) -> list[tuple[int, set[int] | None]]:
     """Every process with its uids (real, effective, saved, filesystem); None instead for
-    one in `pid_namespace`. Without `zombies`, dead ones its parent has not waited for
-    are left out (no signal ends them; only their parent can)."""
+    one in `pid_namespace` or with `jail_marker` on its command line. Without `zombies`,
+    dead ones its parent has not waited for are left out (no signal ends them; only their
+    parent can)."""
     found: list[tuple[int, set[int] | None]] = []
     for entry in os.listdir(PROC):
         if not entry.isdigit():
@@ -37,6 +44,9 @@ def _processes(
             if pid_namespace is not None and (
                 os.stat(PROC / entry / "ns" / "pid").st_ino == pid_namespace
             ):
+                found.append((int(entry), None))
+                continue
+            if jail_marker is not None and jail_marker in (PROC / entry / "cmdline").read_bytes():
                 found.append((int(entry), None))
                 continue
             status = (PROC / entry / "status").read_text()

@@ -9,6 +9,7 @@ import contextlib
 import io
 import os
 import subprocess
+import sys
 import tarfile
 from pathlib import Path
 from typing import Any
@@ -16,9 +17,11 @@ from typing import Any
 import pytest
 
 from gateway.sandbox import data_archive
+from gateway.sandbox.bubblewrap import jail_marker, setenv
 from gateway.sandbox.checkout import extract
 from gateway.sandbox.errors import SandboxRefused
 from gateway.sandbox.local import LocalSandbox, sandbox_processes
+from gateway.sandbox.local_folder import ID_VARIABLE
 from gateway.testing import LiveGateway, live_gateway
 from tests.sandbox.conftest import (
     UID_BASE,
@@ -240,7 +243,34 @@ async def test_a_jail_started_as_its_watcher_is_cancelled_is_killed(
     [jail] = spawned
     # Killed by the teardown, not left stopped (or running) with nobody knowing it.
     assert await asyncio.wait_for(jail.wait(), 10) == -9
-    assert sandbox_processes(sandbox.uid, None) == []
+    marker = jail_marker(ID_VARIABLE, sandbox.sandbox_id)
+    assert sandbox_processes(sandbox.uid, None, marker) == []
+
+
+async def test_a_jail_left_setting_up_as_root_is_killed_at_teardown(
+    live: LiveGateway, app_repo: AppRepo
+) -> None:
+    # What a jail killed while it set up can leave: its namespace's first process, still
+    # root, in a namespace nobody was told of, waiting for a parent that is gone. Neither
+    # the sandbox's uid nor its namespace finds it; its arguments say whose it is. A
+    # process started with the same arguments stands in for it.
+    task_id = (await provision(live, app_repo.v1))["task_id"]
+    sandbox = handle(live, task_id)
+    left = with_jail_arguments(sandbox.sandbox_id)
+    try:
+        await live.end_task(task_id)
+        assert await exited(left) == -9
+    finally:
+        if left.poll() is None:
+            left.kill()
+            left.wait()
+
+
+def with_jail_arguments(sandbox_id: str) -> subprocess.Popen[bytes]:
+    """A root process, in a session of its own, started with a sandbox jail's arguments."""
+    script = "import time; time.sleep(300)"
+    arguments = setenv(ID_VARIABLE, sandbox_id)
+    return subprocess.Popen([sys.executable, "-c", script, *arguments], start_new_session=True)
 
 
 def as_sandbox_uid(uid: int) -> subprocess.Popen[bytes]:
