@@ -256,6 +256,11 @@ async def test_a_jail_left_setting_up_as_root_is_killed_at_teardown(
     # process started with the same arguments stands in for it.
     task_id = (await provision(live, app_repo.v1))["task_id"]
     sandbox = handle(live, task_id)
+    # The sweep by the jail's arguments finds the real jail (no uid is -1): the stand-in
+    # below stands for something.
+    assert sandbox.process is not None
+    marker = jail_marker(ID_VARIABLE, sandbox.sandbox_id)
+    assert sandbox.process.pid in sandbox_processes(-1, None, marker)
     left = with_jail_arguments(sandbox.sandbox_id)
     try:
         await live.end_task(task_id)
